@@ -1,73 +1,335 @@
-"""Keras ``compile``/``fit`` on a distribution strategy: the choices that depend on it.
+"""Keras ``compile``/``fit`` on a distribution strategy: the choices that depend on it (notebook 03).
 
-Taught in notebook 03.
+- :func:`plan_batch`: global batch = per-replica batch x replicas, checked against the TPU's
+  tiles of 8 x 128;
+- :func:`scaled_learning_rate`: the learning rate grows with the global batch;
+- :func:`steps_per_execution_for`: how many steps ``fit`` may run per call on *this* strategy;
+- :func:`single_device_evaluation` and :func:`check_loss_parity`: proof that distribution did not
+  change the loss;
+- :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 
-# Keras 3 (3.8 to 3.15 at least) fails in fit() with steps_per_execution > 1 whenever a
-# MirroredStrategy-family strategy has 2 or more replicas ("You must feed a value for placeholder
-# tensor ... multi_step_on_iterator"). TPUStrategy compiles that path differently.
-MIRRORED_SPE_FAILURE = (
-    "Keras 3 fit() with steps_per_execution > 1 fails under a multi-replica MirroredStrategy "
-    "('You must feed a value for placeholder tensor ... multi_step_on_iterator')"
+TPU_SUBLANES = 8  # a TPU core's vector registers hold 8 rows: batches are padded to a multiple
+TPU_MXU_ROWS = 128  # the matrix unit multiplies 128-row tiles: the batch that fills it
+
+# Reproduced on this project's machines with TF 2.19.1 and 2.21.0, Keras 3.8 to 3.15: under a
+# MirroredStrategy whose cross-device ops are collective all-reduces (its default), Keras' fit
+# with steps_per_execution > 1 fails on 2 or more replicas. The collective ops sit inside the
+# tf.while_loop / tf.cond that Keras builds for several steps per call. With ReductionToOneDevice
+# or HierarchicalCopyAllReduce the same fit runs and gives the same losses as one device.
+COLLECTIVE_SPE_FAILURE = (
+    "Keras 3 fit() with steps_per_execution > 1 fails when the gradients are summed by collective "
+    "all-reduce ops inside its multi-step loop ('You must feed a value for placeholder tensor')"
 )
+_LOOP_SAFE_CROSS_DEVICE_OPS = ("ReductionToOneDevice", "HierarchicalCopyAllReduce")
 
 
-def steps_per_execution_for(strategy, wanted: int = 32) -> tuple[int, str]:
-    """Pick ``steps_per_execution`` for ``model.compile`` on ``strategy``; return it and why.
+@dataclass(frozen=True)
+class BatchPlan:
+    """How a global batch splits over the replicas, and what a TPU core makes of its share."""
 
-    On a TPU, each call from the host to the TPU costs far more than a small step, so running
-    ``wanted`` steps per call is the main speed knob (value unverified on hardware here). Under a
-    ``MirroredStrategy`` with 2 or more replicas (several GPUs, or the simulated TPU) Keras 3
-    cannot run more than 1, so the answer is 1 there, with the reason.
+    per_replica: int
+    replicas: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_replica * self.replicas
+
+    @property
+    def padded_per_replica(self) -> int:
+        """The rows a TPU core really computes: the per-replica batch rounded up to 8."""
+        return -(-self.per_replica // TPU_SUBLANES) * TPU_SUBLANES
+
+    @property
+    def wasted_fraction(self) -> float:
+        """Share of each core's rows that are padding (0 when the batch is a multiple of 8)."""
+        return 1 - self.per_replica / self.padded_per_replica
+
+    @property
+    def advice(self) -> str:
+        if self.per_replica % TPU_MXU_ROWS == 0:
+            return f"a multiple of {TPU_MXU_ROWS}: fills the TPU's matrix unit"
+        if self.per_replica % TPU_SUBLANES == 0:
+            return (
+                f"a multiple of {TPU_SUBLANES}: no padding, but {TPU_MXU_ROWS} per core would "
+                "fill the matrix unit (fine when the dataset is small)"
+            )
+        return (
+            f"not a multiple of {TPU_SUBLANES}: a TPU core pads it to {self.padded_per_replica} "
+            f"rows and throws {self.wasted_fraction:.0%} of its work away"
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"{self.per_replica} per replica x {self.replicas} replicas = global batch "
+            f"{self.global_batch}; per replica {self.advice}"
+        )
+
+
+def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
+    """Describe the global batch ``per_replica_batch x replicas`` (notebook 03).
+
+    ``fit`` takes the *global* batch and gives each replica an equal share. A TPU core works on
+    tiles of 8 x 128: a per-replica batch that is not a multiple of 8 is padded (wasted work), and
+    128 rows per core fill the matrix unit. The advice says which case applies.
     """
+    for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    return BatchPlan(int(per_replica_batch), int(replicas))
+
+
+def scaled_learning_rate(
+    base_rate: float, global_batch_size: int, base_batch: int = 256, rule: str = "linear"
+) -> float:
+    """The learning rate for ``global_batch_size``, from one known to work at ``base_batch``.
+
+    A batch ``k`` times larger averages ``k`` times more examples per step, so its gradient is
+    less noisy and a larger step is safe. ``rule="linear"`` multiplies the rate by ``k`` (the usual
+    rule for SGD, with warm-up for very large batches); ``rule="sqrt"`` by ``sqrt(k)``, a gentler
+    choice often used with Adam. Taught in notebook 03.
+    """
+    if not (isinstance(base_rate, (int, float)) and math.isfinite(base_rate) and base_rate > 0):
+        raise ValueError(f"base_rate must be a positive number, got {base_rate!r}")
+    for label, value in (("global_batch_size", global_batch_size), ("base_batch", base_batch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    factor = global_batch_size / base_batch
+    if rule == "linear":
+        return base_rate * factor
+    if rule == "sqrt":
+        return base_rate * math.sqrt(factor)
+    raise ValueError(f"unknown rule {rule!r}: choose 'linear' or 'sqrt'")
+
+
+class StepsChoice(NamedTuple):
+    """``steps_per_execution`` for ``model.compile`` and the reason for it."""
+
+    value: int
+    reason: str
+
+
+def _is_tpu_strategy(strategy) -> bool:
     import tensorflow as tf
 
+    kinds = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
+    return isinstance(strategy, kinds) or type(strategy).__name__.startswith("TPUStrategy")
+
+
+def cross_device_ops_name(strategy) -> str | None:
+    """The class name of a ``MirroredStrategy``'s cross-device ops, or None for other strategies.
+
+    ``MirroredStrategy()`` without ``cross_device_ops`` uses ``CollectiveAllReduce``.
+    TensorFlow has no public accessor for it; this reads the strategy's private attribute and
+    returns None when it is not there.
+    """
+    ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
+    return type(ops).__name__ if ops is not None else None
+
+
+def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
+    """Pick ``steps_per_execution`` for ``model.compile`` on ``strategy``; return it and why.
+
+    - ``TPUStrategy``: ``wanted``. Each call from the host costs more than a small step on the
+      TPU, so running many steps per call is the main speed knob (unverified on hardware here).
+    - One replica: ``wanted``; fewer Python round trips.
+    - ``MirroredStrategy`` with 2+ replicas: 1 with its default collective all-reduce, which
+      Keras 3 cannot run inside its multi-step loop; ``wanted`` with ``ReductionToOneDevice`` or
+      ``HierarchicalCopyAllReduce``, which this project checked on CPU devices.
+    - Anything else with 2+ replicas: 1, because it was not checked.
+
+    Returns a ``(value, reason)`` named tuple. Taught in notebook 03.
+    """
     if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
         raise ValueError(f"steps_per_execution must be a positive integer, got {wanted!r}")
     replicas = strategy.num_replicas_in_sync
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return wanted, f"TPUStrategy: {wanted} steps per host call hide the host round trip"
+    name = type(strategy).__name__
+    if _is_tpu_strategy(strategy):
+        return StepsChoice(
+            wanted,
+            f"{name}: {wanted} steps per host call hide the host round trip "
+            "(the main speed knob on a TPU; unverified on hardware here)",
+        )
     if replicas == 1:
-        return wanted, f"one replica: {wanted} steps per call work and save Python overhead"
-    return 1, f"{type(strategy).__name__} with {replicas} replicas: {MIRRORED_SPE_FAILURE}"
+        return StepsChoice(wanted, f"one replica: {wanted} steps per call save Python overhead")
+    ops = cross_device_ops_name(strategy)
+    if ops in _LOOP_SAFE_CROSS_DEVICE_OPS:
+        return StepsChoice(
+            wanted,
+            f"{name} with {replicas} replicas and {ops}: no collective ops inside Keras' "
+            f"multi-step loop, so {wanted} steps per call run",
+        )
+    if ops == "CollectiveAllReduce":
+        return StepsChoice(
+            1,
+            f"{name} with {replicas} replicas and its default collective all-reduce: "
+            f"{COLLECTIVE_SPE_FAILURE}",
+        )
+    return StepsChoice(
+        1,
+        f"{name} with {replicas} replicas and cross-device ops {ops}: steps_per_execution > 1 "
+        "was not checked with it here, so 1 is the safe choice",
+    )
 
 
-def scaled_learning_rate(base_rate: float, global_batch_size: int, base_batch: int = 256) -> float:
-    """The linear scaling rule: the learning rate grows with the global batch (notebook 03).
+@dataclass(frozen=True)
+class Evaluation:
+    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`)."""
 
-    ``base_rate`` is a rate known to work at ``base_batch`` examples per step. A batch ``k``
-    times larger averages ``k`` times more examples per step, so the gradient is less noisy and a
-    ``k`` times larger step is usually safe (for SGD-like optimizers; pair it with warm-up for
-    very large batches).
-    """
-    if base_rate <= 0 or global_batch_size < 1 or base_batch < 1:
-        raise ValueError("rates and batch sizes must be positive")
-    return base_rate * global_batch_size / base_batch
+    loss: float
+    accuracy: float
+    examples: int
 
 
-def single_device_evaluation(model, x, y, batch_size: int = 256) -> dict[str, float]:
-    """Mean cross-entropy loss and accuracy of ``model``'s weights, computed on one device.
+def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
+    """Mean cross-entropy and accuracy of ``model``'s current weights, computed on one device.
 
     The reference for checking that distribution did not change the maths: a fresh copy of the
-    model, outside any strategy, with the same weights, evaluated in plain NumPy batches.
-    ``model`` must output logits. Taught in notebook 03.
+    model with the same weights, outside any strategy, on ``/cpu:0``; its logits are turned into
+    the loss in float64 NumPy, independently of Keras' loss code. ``model`` must output logits;
+    ``y`` holds integer class labels. Call it outside ``strategy.scope()``. Taught in notebook 03.
     """
     import keras
+    import tensorflow as tf
 
-    copy = keras.models.clone_model(model)
-    copy.set_weights(model.get_weights())
-    logits = np.concatenate(
-        [
-            np.asarray(copy(x[i : i + batch_size], training=False))
-            for i in range(0, len(x), batch_size)
-        ]
-    ).astype(np.float64)
-    logits -= logits.max(axis=1, keepdims=True)
-    log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    if tf.distribute.has_strategy():
+        raise RuntimeError(
+            "single_device_evaluation() was called inside a strategy.scope(); call it outside, "
+            "so that the copy of the model lives on one device"
+        )
+    x, y = np.asarray(x), np.asarray(y)
+    if len(x) == 0 or len(x) != len(y):
+        raise ValueError(
+            f"need as many labels as examples (at least one); got {len(x)} and {len(y)}"
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    with tf.device("/cpu:0"):
+        copy = keras.models.clone_model(model)
+        copy.set_weights(model.get_weights())
+        logits = np.concatenate(
+            [
+                np.asarray(copy(x[i : i + batch_size], training=False))
+                for i in range(0, len(x), batch_size)
+            ]
+        ).astype(np.float64)
+    if logits.ndim != 2 or y.max() >= logits.shape[1] or y.min() < 0:
+        raise ValueError(
+            f"expected logits of shape (examples, classes) and labels in [0, classes); got "
+            f"logits {logits.shape} and labels from {y.min()} to {y.max()}"
+        )
+    shifted = logits - logits.max(axis=1, keepdims=True)  # log-softmax without overflow
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     loss = float(-log_probs[np.arange(len(y)), y].mean())
     accuracy = float((logits.argmax(axis=1) == y).mean())
-    return {"loss": loss, "accuracy": accuracy}
+    return Evaluation(loss, accuracy, len(y))
+
+
+class LossMismatchError(AssertionError):
+    """The distributed loss is not finite or differs from the one-device reference."""
+
+
+def check_loss_parity(
+    distributed: float, reference: float, *, replicas: int, rtol: float = 1e-4
+) -> float:
+    """Require the loss that ``fit``/``evaluate`` reported on ``replicas`` replicas to equal
+    the one-device ``reference`` up to ``rtol``; return their relative difference.
+
+    Raises :class:`LossMismatchError` naming the likely cause: NaN or infinity, or a factor of
+    the replica count (a bug that older Keras 3 releases had under distribution). Notebook 03.
+    """
+    if not rtol > 0:
+        raise ValueError(f"rtol must be positive, got {rtol!r}")
+    distributed, reference = float(distributed), float(reference)
+    if not math.isfinite(distributed):
+        raise LossMismatchError(f"the distributed loss is {distributed}: not a finite number")
+    if not math.isfinite(reference) or reference <= 0:
+        raise ValueError(f"the reference loss must be a positive finite number, got {reference}")
+    gap = abs(distributed - reference) / reference
+    if gap <= rtol:
+        return gap
+    ratio = distributed / reference
+    hint = ""
+    if replicas > 1 and (
+        math.isclose(ratio, replicas, rel_tol=0.01)
+        or math.isclose(ratio, 1 / replicas, rel_tol=0.01)
+    ):
+        hint = (
+            f" The ratio is {ratio:.3g}, about the replica count ({replicas}) or its inverse: "
+            "the loss is being summed or divided once per replica (a bug of older Keras 3 "
+            "releases; update Keras, or check how a custom step scales its loss)."
+        )
+    raise LossMismatchError(
+        f"loss on {replicas} replicas {distributed:.6g} differs from the one-device "
+        f"evaluation {reference:.6g} (relative difference {gap:.3g} > {rtol:g}).{hint}"
+    )
+
+
+@dataclass(frozen=True)
+class FitTiming:
+    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`)."""
+
+    per_step: tuple[float, ...]
+    first_epoch: float
+    steps: int
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.per_step)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.median * 1e3:.1f} ms per step (median of {len(self.per_step)} epochs of "
+            f"{self.steps} steps; first epoch, with tracing, {self.first_epoch:.2f} s)"
+        )
+
+
+def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
+    """Time ``model.fit(dataset)`` in steady state: ``1 + epochs`` epochs of ``steps`` steps.
+
+    The first epoch traces the step function and starts the input pipeline, so it is reported
+    apart; each later epoch gives one seconds-per-step value. One ``fit`` call serves all epochs
+    (each new ``fit`` call sets up its distributed input again). The model trains while it is
+    timed: use it when its weights no longer matter, or a copy. ``dataset`` must repeat
+    (``steps`` per epoch). Taught in notebook 03.
+    """
+    import keras
+    import tensorflow as tf
+
+    for label, value in (("steps", steps), ("epochs", epochs)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    cardinality = getattr(dataset, "cardinality", None)
+    if cardinality is not None and int(cardinality()) != int(tf.data.INFINITE_CARDINALITY):
+        # A finite dataset makes Keras cut epochs short or start the data over: no steady state.
+        raise ValueError("the dataset must repeat forever (dataset.repeat()) to time fit")
+
+    class EpochClock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            # Keras has fetched the epoch's logs by now, so the device work is finished.
+            self.seconds.append(time.perf_counter() - self.start)
+
+    clock = EpochClock()
+    model.fit(dataset, epochs=1 + epochs, steps_per_epoch=steps, callbacks=[clock], verbose=0)
+    if len(clock.seconds) != 1 + epochs:
+        raise RuntimeError(
+            f"fit ran {len(clock.seconds)} of {1 + epochs} epochs: did a callback stop training?"
+        )
+    return FitTiming(tuple(s / steps for s in clock.seconds[1:]), clock.seconds[0], steps)

@@ -1312,6 +1312,10 @@ def _check_steps_per_execution(spe: int, strategy, replicas: int, report: Report
     report.checked.append("steps_per_execution")
     kind = _strategy_kind(strategy)
     if spe > 1 and kind == "mirrored" and replicas > 1 and keras.__version__.startswith("3."):
+        from helpers.fitting import steps_per_execution_for
+
+        if steps_per_execution_for(strategy, spe).value == spe:  # e.g. ReductionToOneDevice
+            return
         report.findings.append(
             Finding(
                 "spe-unsupported",
@@ -1320,11 +1324,14 @@ def _check_steps_per_execution(spe: int, strategy, replicas: int, report: Report
                 "model.compile(steps_per_execution=...)",
                 "With Keras 3, fit() then fails with INVALID_ARGUMENT 'You must feed a value "
                 "for placeholder tensor' (reproduced with Keras 3.8 to 3.15 on 2+ replicas, "
-                "including this collection's simulated TPU; TPUStrategy compiles it differently, "
-                "unverified on hardware).",
-                "Choose it from the strategy: steps_per_execution=1 on MirroredStrategy, a larger "
-                "value (e.g. 32) on TPUStrategy; or a custom loop that runs several steps per "
-                "tf.function call (helpers.loops.make_train_steps).",
+                "including this collection's simulated TPU, when the gradients are summed by "
+                "collective all-reduce ops, MirroredStrategy's default; TPUStrategy compiles it "
+                "differently, unverified on hardware).",
+                "Choose it from the strategy (helpers.fitting.steps_per_execution_for): 1 on a "
+                "MirroredStrategy with collective all-reduce, a larger value (e.g. 32) on "
+                "TPUStrategy, or MirroredStrategy(cross_device_ops=ReductionToOneDevice()); or a "
+                "custom loop that runs several steps per tf.function call "
+                "(helpers.loops.make_train_steps).",
             )
         )
     elif spe == 1 and kind == "tpu":

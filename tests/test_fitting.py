@@ -1,21 +1,80 @@
-"""helpers.fitting: steps_per_execution by strategy, learning-rate scaling, one-device reference."""
+"""helpers.fitting: batch plan, learning-rate scaling, steps_per_execution by strategy, loss parity."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
 from helpers import fitting
 
+NO_TPU = {"ISTPUVM": None, "TPU_NAME": None, "TPU_ACCELERATOR_TYPE": None}
 
-def test_learning_rate_scales_linearly():
+
+# ----------------------------------------------------------------------------- plan_batch
+def test_plan_batch_multiplies_and_judges_the_tiles():
+    full = fitting.plan_batch(128, 8)
+    assert full.global_batch == 1024 and full.wasted_fraction == 0
+    assert "fills" in full.advice and "1024" in str(full)
+
+    small = fitting.plan_batch(16, 8)
+    assert small.global_batch == 128 and small.padded_per_replica == 16
+    assert "no padding" in small.advice
+
+    odd = fitting.plan_batch(12, 4)
+    assert odd.padded_per_replica == 16
+    assert odd.wasted_fraction == pytest.approx(0.25)
+    assert "pads it to 16" in odd.advice and "25%" in odd.advice
+
+
+@pytest.mark.parametrize(
+    ("per_replica", "replicas", "name"),
+    [
+        (0, 8, "per_replica_batch"),
+        (16, 0, "replicas"),
+        (16.0, 8, "per_replica_batch"),
+        (True, 8, "per_replica_batch"),
+    ],
+)
+def test_plan_batch_rejects_bad_sizes(per_replica, replicas, name):
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
+        fitting.plan_batch(per_replica, replicas)
+
+
+# ------------------------------------------------------------------- scaled_learning_rate
+def test_learning_rate_scales_linearly_or_by_square_root():
     assert fitting.scaled_learning_rate(1e-3, 256) == pytest.approx(1e-3)
     assert fitting.scaled_learning_rate(1e-3, 1024) == pytest.approx(4e-3)
     assert fitting.scaled_learning_rate(1e-3, 128, base_batch=64) == pytest.approx(2e-3)
-    with pytest.raises(ValueError):
-        fitting.scaled_learning_rate(0.0, 256)
-    with pytest.raises(ValueError):
-        fitting.scaled_learning_rate(1e-3, 0)
+    assert fitting.scaled_learning_rate(1e-3, 1024, rule="sqrt") == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((0.0, 256), {}, "base_rate"),
+        ((float("nan"), 256), {}, "base_rate"),
+        ((1e-3, 0), {}, "global_batch_size"),
+        ((1e-3, 256), {"base_batch": 0}, "base_batch"),
+        ((1e-3, 256), {"rule": "cubic"}, "unknown rule"),
+    ],
+)
+def test_learning_rate_rejects_bad_input(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        fitting.scaled_learning_rate(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- steps_per_execution_for
+class _Extended:
+    def __init__(self, ops):
+        self._cross_device_ops = ops
+
+
+def _fake_strategy(class_name: str, replicas: int, ops_class: str | None = None):
+    ops = type(ops_class, (), {})() if ops_class else None
+    cls = type(class_name, (), {"num_replicas_in_sync": replicas, "extended": _Extended(ops)})
+    return cls()
 
 
 def test_one_replica_keeps_the_wanted_steps():
@@ -27,31 +86,188 @@ def test_one_replica_keeps_the_wanted_steps():
         fitting.steps_per_execution_for(tf.distribute.get_strategy(), wanted=0)
 
 
-def test_single_device_evaluation_matches_a_direct_computation():
+def test_tpu_strategy_gets_the_wanted_steps_marked_unverified():
+    choice = fitting.steps_per_execution_for(_fake_strategy("TPUStrategy", 8), wanted=64)
+    assert choice.value == 64
+    assert "host round trip" in choice.reason and "unverified on hardware" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("ops", "expected", "words"),
+    [
+        ("CollectiveAllReduce", 1, "placeholder"),
+        ("ReductionToOneDevice", 32, "no collective ops"),
+        ("HierarchicalCopyAllReduce", 32, "no collective ops"),
+        ("NcclAllReduce", 1, "not checked"),
+        (None, 1, "not checked"),
+    ],
+)
+def test_multi_replica_choice_follows_the_cross_device_ops(ops, expected, words):
+    choice = fitting.steps_per_execution_for(_fake_strategy("MirroredStrategy", 4, ops), 32)
+    assert choice.value == expected and words in choice.reason
+    assert "MirroredStrategy with 4 replicas" in choice.reason
+
+
+def test_the_rule_matches_what_keras_really_does(run_python):
+    """The choice is checked against real fits: this fails when Keras or TF change behaviour."""
+    run_python(
+        """
+        import numpy as np, keras, tensorflow as tf
+        import helpers
+        from helpers import fitting, models
+        from helpers.checks import expect_error
+        simulated = helpers.connect(4)
+        devices = simulated.extended.worker_devices
+        reduce_to_one = tf.distribute.MirroredStrategy(
+            devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        rng = np.random.default_rng(0)
+        x = rng.random((64, 4, 4, 1), dtype=np.float32)
+        y = rng.integers(0, 10, 64).astype(np.int32)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16, drop_remainder=True)
+
+        def fit(strategy, spe):
+            with strategy.scope():
+                model = models.build_classifier((4, 4, 1))
+                model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                              steps_per_execution=spe)
+            return model.fit(ds, steps_per_epoch=4, verbose=0).history["loss"][0]
+
+        assert fitting.steps_per_execution_for(simulated, 4).value == 1
+        with expect_error(tf.errors.InvalidArgumentError, match="placeholder"):
+            fit(simulated, 4)
+        assert fitting.steps_per_execution_for(reduce_to_one, 4).value == 4
+        assert np.isclose(fit(reduce_to_one, 4), fit(reduce_to_one, 1), rtol=1e-5)
+        print("ok")
+        """,
+        env=NO_TPU,
+    )
+
+
+def test_cross_device_ops_name_of_other_strategies_is_none():
+    import tensorflow as tf
+
+    assert fitting.cross_device_ops_name(tf.distribute.get_strategy()) is None
+    assert fitting.cross_device_ops_name(object()) is None
+
+
+# ------------------------------------------------------------- single_device_evaluation
+def _toy_data(n=50, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, 4, 4, 1), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32)
+
+
+def test_single_device_evaluation_matches_keras_loss():
     import keras
 
     from helpers.models import build_classifier
 
     model = build_classifier((4, 4, 1), seed=1)
-    rng = np.random.default_rng(0)
-    x = rng.random((50, 4, 4, 1), dtype=np.float32)
-    y = rng.integers(0, 10, 50).astype(np.int32)
+    x, y = _toy_data()
     got = fitting.single_device_evaluation(model, x, y, batch_size=16)
     logits = np.asarray(model(x))
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, logits)
-    assert got["loss"] == pytest.approx(float(loss), rel=1e-5)
-    assert got["accuracy"] == pytest.approx(float((logits.argmax(1) == y).mean()))
+    assert got.loss == pytest.approx(float(loss), rel=1e-5)
+    assert got.accuracy == pytest.approx(float((logits.argmax(1) == y).mean()))
+    assert got.examples == 50
 
 
-def test_multi_replica_mirrored_gets_one_and_the_reason(run_python):
-    """The reason is the real Keras failure: the rule must change when Keras fixes it."""
+def test_single_device_evaluation_refuses_bad_input():
+    import tensorflow as tf
+
+    from helpers.models import build_classifier
+
+    model = build_classifier((4, 4, 1))
+    x, y = _toy_data()
+    with pytest.raises(ValueError, match="as many labels"):
+        fitting.single_device_evaluation(model, x, y[:-1])
+    with pytest.raises(ValueError, match="labels in"):
+        fitting.single_device_evaluation(model, x, y + 10)
+    with pytest.raises(ValueError, match="batch_size"):
+        fitting.single_device_evaluation(model, x, y, batch_size=0)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        with pytest.raises(RuntimeError, match="outside"):
+            fitting.single_device_evaluation(model, x, y)
+
+
+def test_evaluate_on_replicas_matches_single_device(run_python):
     run_python(
         """
+        import numpy as np, keras, tensorflow as tf
         import helpers
-        from helpers import fitting
-        s = helpers.connect(4)
-        value, reason = fitting.steps_per_execution_for(s, wanted=32)
-        assert value == 1 and "MirroredStrategy with 4 replicas" in reason, reason
+        from helpers import fitting, models
+        strategy = helpers.connect(4)
+        rng = np.random.default_rng(1)
+        x = rng.random((96, 4, 4, 1), dtype=np.float32)
+        y = rng.integers(0, 10, 96).astype(np.int32)
+        with strategy.scope():
+            model = models.build_classifier((4, 4, 1))
+            model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                          metrics=["accuracy"])
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32, drop_remainder=True)
+        model.fit(ds.repeat(), steps_per_epoch=3, verbose=0)
+        loss, accuracy = model.evaluate(ds, verbose=0)
+        ref = fitting.single_device_evaluation(model, x, y)
+        gap = fitting.check_loss_parity(loss, ref.loss, replicas=4)
+        assert gap < 1e-4 and abs(accuracy - ref.accuracy) < 1e-6, (loss, accuracy, ref)
+        print("ok")
         """,
-        env={"ISTPUVM": None, "TPU_NAME": None, "TPU_ACCELERATOR_TYPE": None},
+        env=NO_TPU,
     )
+
+
+# -------------------------------------------------------------------- check_loss_parity
+def test_loss_parity_returns_the_relative_gap():
+    assert fitting.check_loss_parity(1.00001, 1.0, replicas=8) == pytest.approx(1e-5)
+    assert fitting.check_loss_parity(2.0, 2.0, replicas=8) == 0.0
+
+
+def test_loss_parity_names_a_replica_count_factor():
+    with pytest.raises(fitting.LossMismatchError, match="replica count"):
+        fitting.check_loss_parity(8 * 0.7, 0.7, replicas=8)
+    with pytest.raises(fitting.LossMismatchError, match="replica count"):
+        fitting.check_loss_parity(0.7 / 8, 0.7, replicas=8)
+
+
+def test_loss_parity_other_failures():
+    with pytest.raises(fitting.LossMismatchError, match="not a finite number"):
+        fitting.check_loss_parity(math.nan, 0.7, replicas=8)
+    with pytest.raises(fitting.LossMismatchError, match="differs") as err:
+        fitting.check_loss_parity(0.8, 0.7, replicas=8)
+    assert "replica count" not in str(err.value)
+    with pytest.raises(ValueError, match="reference loss"):
+        fitting.check_loss_parity(0.7, math.inf, replicas=8)
+    with pytest.raises(ValueError, match="rtol"):
+        fitting.check_loss_parity(0.7, 0.7, replicas=8, rtol=0)
+
+
+# ----------------------------------------------------------------------------- time_fit
+def _compiled_toy_model():
+    import keras
+
+    from helpers.models import build_classifier
+
+    model = build_classifier((4, 4, 1))
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_time_fit_reports_one_value_per_timed_epoch():
+    import tensorflow as tf
+
+    x, y = _toy_data(64)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+    timing = fitting.time_fit(_compiled_toy_model(), ds, steps=3, epochs=2)
+    assert len(timing.per_step) == 2 and timing.steps == 3
+    assert all(t > 0 for t in timing.per_step) and timing.first_epoch > 0
+    assert "ms per step" in str(timing)
+
+
+def test_time_fit_needs_a_repeating_dataset_and_positive_counts():
+    import tensorflow as tf
+
+    x, y = _toy_data(32)
+    finite = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)  # 2 batches only
+    with pytest.raises(ValueError, match="must repeat"):
+        fitting.time_fit(_compiled_toy_model(), finite, steps=2, epochs=2)
+    with pytest.raises(ValueError, match="steps"):
+        fitting.time_fit(_compiled_toy_model(), finite, steps=0)

@@ -583,6 +583,16 @@ except tf.errors.InvalidArgumentError as err:
     print("SPE_FAILS_AS_REPORTED")
 else:
     print("SPE_WORKED")
+# ...but not on the same devices with ReductionToOneDevice, where fit runs several steps per call.
+reduce_to_one = tf.distribute.MirroredStrategy(
+    strategy.extended.worker_devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+with reduce_to_one.scope():
+    rtod_model = models.build_classifier(images.image_shape)
+    rtod_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                       steps_per_execution=4)
+rtod_report = readiness.check(ds, rtod_model, strategy=reduce_to_one, compile_step=False)
+assert "spe-unsupported" not in rtod_report.codes, rtod_report.text()
+rtod_model.fit(ds, steps_per_epoch=8, epochs=1, verbose=0)
 print("MULTI_REPLICA_OK")
 """
 
