@@ -1,8 +1,9 @@
 # The two commands a newcomer needs (see README.md):
 #   make run    set up .venv and execute every notebook headless, printing a summary
 #   make test   set up .venv and run lint, structure checks, unit tests and every notebook
-# Other targets: make smoke (the quick headless run), make sync (regenerate derived cells and the
-# README table, strip outputs), make lab (JupyterLab).
+# Other targets: make smoke (the quick headless run), make bench (the performance report,
+# build/benchmark.md; make bench-quick for the reduced mode the tests run), make sync (regenerate
+# derived cells and the README table, strip outputs), make lab (JupyterLab).
 # VENV and REQUIREMENTS choose the environment, e.g. the TensorFlow 2.19.1 one that CI also tests:
 #   make test VENV=.venv-tf219 REQUIREMENTS=requirements-tf219.txt
 
@@ -15,7 +16,7 @@ NB ?=
 # One folder per environment (and per NB selection), so parallel runs never clobber each other.
 SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
 
-.PHONY: run smoke test test-unit test-notebooks lint sync lab bench clean
+.PHONY: run smoke test test-unit test-notebooks lint sync lab bench bench-quick clean
 
 run: $(READY)
 	$(BIN)/python tools/run_notebooks.py
@@ -45,6 +46,12 @@ sync: $(READY)
 	$(BIN)/nbstripout notebooks/*.ipynb
 	$(BIN)/python tools/sync_notebooks.py
 	$(BIN)/ruff format notebooks helpers tools tests
+
+bench: $(READY)
+	$(BIN)/python tools/benchmark.py
+
+bench-quick: $(READY)
+	$(BIN)/python tools/benchmark.py --quick
 
 lab: $(READY)
 	$(BIN)/jupyter lab notebooks

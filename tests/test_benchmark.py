@@ -1,0 +1,304 @@
+"""tools/benchmark.py: the quick mode runs end to end and computes every ratio.
+
+No timing thresholds: whatever the machine's speed, the checks are that each measurement ran,
+that each ratio is the one its own recorded repetitions give, and that the report says what was
+skipped or unsupported. The quick run takes about 2-3 minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import benchmark  # noqa: E402
+
+# fit_spe_8_reduce_to_one: helpers.fitting says several steps per execution run on 8 replicas
+# with ReductionToOneDevice; this test fails if that stops being true.
+PAIRED = {"pipeline", "steps_per_call", "fit_spe_1", "fit_spe_8_reduce_to_one", "bf16_step"}
+COUNTED = {"bf16_activations", "bf16_weights"}
+ALL_ROWS = PAIRED | COUNTED | {"fit_spe_8", "distribution", "notebooks", "tests"}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """Run ``benchmark.py --quick`` once; return (exit code, stdout, report, markdown)."""
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "benchmark.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env={**benchmark._child_env(), "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    report_path, md_path = out / "benchmark.json", out / "benchmark.md"
+    if not report_path.exists():
+        pytest.fail(f"no report written\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc, json.loads(report_path.read_text()), md_path.read_text()
+
+
+def _rows(report):
+    return {row["key"]: row for row in report["rows"]}
+
+
+def test_quick_mode_succeeds_and_shows_progress(quick):
+    proc, _, _ = quick
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    out = proc.stdout
+    assert "[1/3]" in out and "[2/3]" in out and "[3/3]" in out
+    assert "repetition 1:" in out and "TensorFlow ready" in out
+
+
+def test_every_measurement_has_a_row(quick):
+    _, report, _ = quick
+    rows = _rows(report)
+    assert set(rows) == ALL_ROWS
+    assert not [r["title"] for r in report["rows"] if r["status"] == "failed"]
+
+
+def test_paired_ratios_are_computed_from_their_own_repetitions(quick):
+    _, report, _ = quick
+    rows = _rows(report)
+    repeats = report["settings"]["repeats"]
+    for key in PAIRED:
+        row = rows[key]
+        assert row["status"] == "measured", row
+        base, cand = row["baseline_seconds"], row["candidate_seconds"]
+        assert len(base) == len(cand) == row["runs"] == repeats
+        ratios = [b / c for b, c in zip(base, cand, strict=True)]
+        medians = statistics.median(base) / statistics.median(cand)
+        assert row["ratio"] == pytest.approx(medians)
+        assert row["ratio_low"] == pytest.approx(min(ratios))
+        assert row["ratio_high"] == pytest.approx(max(ratios))
+        assert all(math.isfinite(v) and v > 0 for v in (row["baseline_value"], row["ratio"]))
+
+
+def test_unit_values_follow_from_the_seconds(quick):
+    _, report, _ = quick
+    rows, s = _rows(report), report["settings"]
+    examples = s["pipeline_batches"] * s["pipeline_batch"]
+    pipe = rows["pipeline"]
+    assert pipe["unit"] == "examples/s"
+    assert pipe["baseline_value"] == pytest.approx(
+        examples / statistics.median(pipe["baseline_seconds"])
+    )
+    calls = rows["steps_per_call"]
+    assert calls["unit"] == "s/step"
+    assert calls["candidate_value"] == pytest.approx(
+        statistics.median(calls["candidate_seconds"]) / s["steps_per_call"]
+    )
+
+
+def test_memory_is_counted_and_weights_stay_float32(quick):
+    _, report, _ = quick
+    rows = _rows(report)
+    act, weights = rows["bf16_activations"], rows["bf16_weights"]
+    assert act["candidate_value"] < act["baseline_value"]  # bfloat16 activations are smaller
+    assert act["ratio"] == pytest.approx(act["baseline_value"] / act["candidate_value"])
+    assert weights["baseline_value"] == weights["candidate_value"]  # variables stay float32
+
+
+def test_distribution_overhead_combines_both_processes(quick):
+    _, report, _ = quick
+    row = _rows(report)["distribution"]
+    assert row["status"] == "measured"
+    base = statistics.median(row["baseline_seconds"])
+    cand = statistics.median(row["candidate_seconds"])
+    assert row["ratio"] == pytest.approx(base / cand)
+    assert row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
+
+
+def test_steps_per_execution_on_8_replicas_is_measured_or_explained(quick):
+    _, report, _ = quick
+    rows = _rows(report)
+    assert rows["fit_spe_1"]["status"] == "measured"
+    multi = rows["fit_spe_8"]
+    if multi["status"] == "not supported":
+        assert multi["reason"].strip(), "an unsupported row must say why"
+    else:  # a Keras release that fixed the bug: then it must be a real measurement
+        assert multi["status"] == "measured" and multi["ratio"] > 0
+
+
+def test_whole_suite_timings_are_skipped_in_quick_mode_and_say_so(quick):
+    _, report, md = quick
+    rows = _rows(report)
+    for key in ("notebooks", "tests"):
+        assert rows[key]["status"] == "skipped"
+        assert "--quick" in rows[key]["reason"]
+    assert md.count("skipped in --quick mode") == 2
+
+
+def test_report_names_the_hardware_and_versions(quick):
+    _, report, md = quick
+    import importlib.metadata
+
+    hw, versions = report["hardware"], report["versions"]
+    assert hw["cpu"] and hw["cores"] >= 1 and hw["memory_gib"] > 0
+    assert versions["Keras"] == importlib.metadata.version("keras")
+    assert versions["numpy"] == importlib.metadata.version("numpy")
+    assert versions["Python"] == ".".join(map(str, sys.version_info[:3]))
+    assert versions["TensorFlow"] in md and hw["cpu"] in md
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + len(ALL_ROWS)  # header + one line per row
+
+
+# --- the report's pieces, without running anything ------------------------------------------
+
+
+def test_ratios_read_as_words():
+    assert benchmark.format_ratio(2.0, "faster") == "**2.00x faster**"
+    assert benchmark.format_ratio(0.25, "faster") == "4.00x slower"
+    assert benchmark.format_ratio(0.5, "smaller") == "2.00x larger"
+    assert benchmark.format_ratio(1.001, "faster") == "1.00x (same)"
+
+
+def test_spread_of_a_slower_row_is_inverted_in_order():
+    row = {"ratio": 0.5, "ratio_low": 0.25, "ratio_high": 0.8, "better": "faster"}
+    assert benchmark.format_spread(row) == "1.25x to 4.00x slower"
+    row.update(ratio=2.0, ratio_low=1.5, ratio_high=3.0)
+    assert benchmark.format_spread(row) == "1.50x to 3.00x faster"
+    row.update(ratio=1.2, ratio_low=0.9, ratio_high=3.0)
+    assert benchmark.format_spread(row) == "0.90x to 3.00x (crosses 1)"
+    assert benchmark.format_spread({"exact": True}) == "exact (counted)"
+
+
+def test_values_have_units():
+    assert benchmark.format_value(0.0125, "s/step") == "12.5 ms/step"
+    assert benchmark.format_value(12345.6, "examples/s") == "12,346 examples/s"
+    assert benchmark.format_value(3 * 2**20, "bytes") == "3 MiB"
+    assert benchmark.format_value(512, "bytes") == "512 B"
+
+
+def test_error_reason_keeps_the_telling_line():
+    err = ValueError(
+        "Graph execution error:\n\nDetected at node x\n"
+        "  (0) INVALID_ARGUMENT:  You must feed a value for placeholder tensor "
+        "'while/body/_1/while/cond/then/_627/Placeholder_2' with dtype int32\n"
+    )
+    reason = benchmark.error_reason(err)
+    assert reason.startswith("ValueError: (0) INVALID_ARGUMENT:")
+    assert "must feed a value" in reason and "'...'" in reason
+    assert benchmark.error_reason(RuntimeError("")) == "RuntimeError: "
+
+
+def test_distribution_row_from_two_processes_and_a_missing_side():
+    settings = benchmark.QUICK
+    one = {"replicas": 1, "seconds": [0.2, 0.1, 0.3], "steps": 10}
+    many = {"replicas": 8, "seconds": [0.8, 0.4, 0.6], "steps": 10}
+    row = benchmark.distribution_row(one, many, settings)
+    assert row["baseline_value"] == pytest.approx(0.02)
+    assert row["candidate_value"] == pytest.approx(0.06)
+    assert row["ratio"] == pytest.approx(1 / 3)
+    assert row["ratio_low"] == pytest.approx(0.1 / 0.8)  # fastest baseline, slowest candidate
+    assert row["ratio_high"] == pytest.approx(0.3 / 0.4)
+    missing = benchmark.distribution_row(one, None, settings)
+    assert missing["status"] == "failed" and "did not measure" in missing["reason"]
+
+
+def test_a_failed_task_becomes_a_failed_row_with_its_error():
+    processes = [
+        {"replicas": 1, "tasks": {"pipeline": {"ok": False, "error": "OSError: disk full"}}},
+        {"replicas": 8, "tasks": {}},
+    ]
+    rows = {r["key"]: r for r in benchmark.collect_rows(processes, benchmark.QUICK)}
+    assert rows["pipeline"]["status"] == "failed"
+    assert rows["pipeline"]["reason"] == "OSError: disk full"
+    assert rows["distribution"]["status"] == "failed"
+
+
+def test_worker_reports_a_failing_task_and_runs_the_next(run_python, tmp_path):
+    result = tmp_path / "result.json"
+    out = run_python(
+        f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "tools")!r})
+        import benchmark
+
+        def boom(strategy, settings):
+            raise RuntimeError("broken on purpose")
+
+        def fine(strategy, settings):
+            return [{{"replicas": strategy.num_replicas_in_sync}}]
+
+        benchmark.TASKS.update(boom=boom, fine=fine)
+        from pathlib import Path
+        benchmark.run_worker(1, ["boom", "fine"], benchmark.QUICK, Path({str(result)!r}))
+        """
+    ).stdout
+    saved = json.loads(result.read_text())
+    assert saved["tasks"]["boom"] == {
+        "ok": False,
+        "error": "RuntimeError: broken on purpose",
+        "seconds": saved["tasks"]["boom"]["seconds"],
+    }
+    assert saved["tasks"]["fine"]["result"] == [{"replicas": 1}]
+    assert "broken on purpose" in out  # the traceback is shown, not swallowed
+
+
+def test_markdown_shows_every_kind_of_row():
+    paired = benchmark._row(
+        "steps_per_call",
+        "steps per call",
+        "8 replicas",
+        "1 step",
+        "50 steps",
+        unit="s/step",
+        baseline_value=0.01,
+        candidate_value=0.005,
+        ratio=2.0,
+        ratio_low=1.5,
+        ratio_high=2.5,
+        better="faster",
+        runs=5,
+    )
+    unsupported = benchmark._row(
+        "fit_spe_8", "spe in fit", "8 replicas", "1", "2", status="not supported", reason="Bug: x"
+    )
+    skipped = benchmark._row(
+        "notebooks",
+        "notebooks",
+        "smoke",
+        "",
+        "",
+        status="skipped",
+        reason="skipped in --quick mode",
+    )
+    failed_suite = benchmark._row(
+        "tests",
+        "tests",
+        "pytest",
+        "",
+        "",
+        unit="s",
+        status="failed",
+        value=900.0,
+        detail="2 failed, 10 passed in 900s",
+    )
+    report = {
+        "quick": False,
+        "started": "today",
+        "seconds": 1.0,
+        "hardware": benchmark.hardware(),
+        "versions": {"Python": "3.11.7"},
+        "load_average": {"start": [1.0], "end": [2.0]},
+        "rows": [paired, unsupported, skipped, failed_suite],
+    }
+    lines = benchmark.markdown(report).splitlines()
+    table = [line for line in lines if line.startswith("| ") and "measurement" not in line]
+    assert len(table) == 4
+    assert (
+        "10 ms/step" in table[0] and "**2.00x faster**" in table[0] and "1.50x to 2.50x" in table[0]
+    )
+    assert "**not supported**" in table[1] and "Bug: x" in table[1]
+    assert "**skipped**" in table[2]
+    assert "900 s" in table[3] and "**failed**: 2 failed" in table[3]
+    assert any("full mode" in line for line in lines[:2])
