@@ -34,6 +34,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 MODES = ("fit", "custom")
 HOLD_WHERE = ("after-step", "before-commit")
 LOG_NAME = "progress.jsonl"
@@ -146,11 +148,12 @@ def resumable_dataset(
 ):
     """Batches for global steps ``first_step`` .. ``epochs * steps_per_epoch``, in a fixed order.
 
-    The order is a pure function of ``seed`` and the step: epoch ``e`` is shuffled with seed
-    ``seed + e``. So a run restarted at step ``k`` sees exactly the batches an uninterrupted run
-    sees from step ``k`` on: whole epochs before ``k`` are skipped for free (``range`` starts at
-    the current epoch) and only the steps already done in the current epoch are read and
-    dropped. This stands in for checkpointing the iterator, which ``tf.distribute``'s
+    The order is a pure function of ``seed`` and the step: epoch ``e`` is a NumPy permutation
+    seeded with ``(seed, e)``, computed before TensorFlow sees it. So a run restarted at step
+    ``k`` sees exactly the batches an uninterrupted run sees from step ``k`` on, and the steps
+    before ``k`` cost nothing (their indices are simply not generated). TensorFlow's own shuffle
+    is avoided on purpose: its order also depends on the global seed, which other code in the
+    process may set. This stands in for checkpointing the iterator, which ``tf.distribute``'s
     distributed iterators do not support (notebook 08 shows the error).
     """
     import tensorflow as tf
@@ -161,15 +164,17 @@ def resumable_dataset(
             f" examples per epoch; only {len(x)} are available"
         )
     first_epoch, skip = divmod(first_step, steps_per_epoch)
+    per_epoch = steps_per_epoch * global_batch
+    orders = [
+        np.random.default_rng([seed, epoch]).permutation(len(x))[:per_epoch]
+        for epoch in range(first_epoch, epochs)
+    ]
+    indices = np.concatenate(orders)[skip * global_batch :] if orders else np.zeros(0, np.int64)
     images, labels = tf.constant(x), tf.constant(y)
-
-    def one_epoch(epoch):
-        ds = tf.data.Dataset.from_tensor_slices((images, labels))
-        ds = ds.shuffle(len(x), seed=seed + epoch, reshuffle_each_iteration=False)
-        return ds.batch(global_batch, drop_remainder=True).take(steps_per_epoch)
-
-    epochs_ds = tf.data.Dataset.range(first_epoch, epochs)
-    return epochs_ds.flat_map(one_epoch).skip(skip).prefetch(tf.data.AUTOTUNE)
+    ds = tf.data.Dataset.from_tensor_slices(indices.astype(np.int64))
+    ds = ds.batch(global_batch, drop_remainder=True)
+    ds = ds.map(lambda i: (tf.gather(images, i), tf.gather(labels, i)))
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def weights_digest(model) -> str:

@@ -92,6 +92,17 @@ def test_resumable_dataset_continues_in_the_same_order():
     assert other != full
 
 
+def test_resumable_dataset_ignores_the_global_seed():
+    """The order must not change when other code sets TensorFlow's global seed."""
+    import tensorflow as tf
+
+    x, y = np.zeros((20, 1), np.float32), np.arange(20, dtype=np.int32)
+    before = [b.numpy().tolist() for _, b in preemption.resumable_dataset(x, y, 4, 5, 2, seed=3)]
+    tf.random.set_seed(1234)
+    after = [b.numpy().tolist() for _, b in preemption.resumable_dataset(x, y, 4, 5, 2, seed=3)]
+    assert before == after
+
+
 def test_resumable_dataset_needs_enough_examples():
     x, y = np.zeros((10, 1), np.float32), np.zeros(10, np.int32)
     with pytest.raises(ValueError, match="only 10 are available"):

@@ -90,6 +90,8 @@ def main() -> int:
     paths = [p for p in notebook_paths() if not args.only or p.name.startswith(tuple(args.only))]
     if not paths:
         parser.error(f"no notebook matches {args.only}")
+    # Absolute: the kernels run in notebooks/ and must write their results where the summary looks.
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     mode = "smoke" if args.smoke else "full"
     header = f"Headless run ({mode} mode), {time.strftime('%Y-%m-%d %H:%M')}"
