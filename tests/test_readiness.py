@@ -517,6 +517,62 @@ def test_bad_arguments_are_clear_errors(kwargs, error, match):
         readiness.check(**kwargs)
 
 
+# ----------------------------------------------------------------------- dataset_fn pipelines
+
+
+def host_pipeline(digits, context, global_batch):
+    """What a dataset_fn for distribute_datasets_from_function returns: per-replica batches."""
+    x, y = digits
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id).repeat()
+    batch = context.get_per_replica_batch_size(global_batch)
+    return ds.batch(batch, drop_remainder=True).prefetch(2)
+
+
+def host_context(replicas=8, hosts=2, host=1):
+    return tf.distribute.InputContext(
+        num_input_pipelines=hosts, input_pipeline_id=host, num_replicas_in_sync=replicas
+    )
+
+
+def test_dataset_fn_pipeline_is_checked_as_per_replica_batches(digits):
+    context = host_context()
+    ds = host_pipeline(digits, context, global_batch=128)  # 16 per replica
+    model = classifier()
+
+    def replica_step(images, labels):
+        images = tf.ensure_shape(images, [16, 8, 8, 1])  # raises while tracing any other batch
+        return tf.reduce_mean(model(images, training=True))
+
+    report = readiness.check(ds, model, step=replica_step, input_context=context)
+    assert report.clean, report.text()
+    assert report.stats["per_replica_batch"] == 16 and report.stats["global_batch"] == 128
+    assert report.stats["replicas"] == 8 and "XLA compile" in report.checked
+    # Read as global batches, the same pipeline would be split 8 ways: 2 rows per replica.
+    as_global = readiness.check(ds, model, step=replica_step, replicas=8)
+    assert as_global.stats["per_replica_batch"] == 2
+    assert "step-not-traceable" in as_global.codes, as_global.text()
+
+
+def test_dataset_fn_batch_that_wastes_tiles_is_found_without_a_split_error(digits):
+    ds = host_pipeline(digits, host_context(), global_batch=96)  # 12 per replica
+    report = readiness.check(ds, input_context=host_context())
+    (finding,) = report.find("batch-tiles")
+    assert "per-replica batch 12 is not" in finding.what and "dataset_fn" in finding.where
+    assert "uneven-split" not in report.codes  # 12 rows are one replica's: nothing to split
+
+
+def test_bad_input_context_is_a_clear_error():
+    ds, eight = spec_dataset(), host_context(replicas=8)
+    with pytest.raises(TypeError, match="InputContext"):
+        readiness.check(ds, input_context=8)
+    with pytest.raises(ValueError, match="replicas=4 disagrees with input_context"):
+        readiness.check(ds, input_context=eight, replicas=4)
+    default = tf.distribute.get_strategy()  # 1 replica
+    with pytest.raises(ValueError, match=r"input_context \(.*\) disagrees with the strategy"):
+        readiness.check(ds, input_context=eight, strategy=default)
+
+
 # ----------------------------------------------------------------------- 8 real replicas
 
 MULTI_REPLICA = """

@@ -1,0 +1,257 @@
+"""The TPU readiness check: find on a CPU what would fail or be slow on a TPU (notebook 10).
+
+One call looks at a ``tf.data`` pipeline, a Keras model and, optionally, your own training step,
+and returns a :class:`Report`::
+
+    from helpers import readiness
+
+    report = readiness.check(dataset, model, strategy=strategy)
+    report                   # a table in a notebook; print(report) anywhere else
+    report.assert_clean()    # raises NotReady, listing the problems, unless there are none
+
+A pipeline built by a ``dataset_fn`` for ``strategy.distribute_datasets_from_function`` yields
+per-replica batches: pass the ``tf.distribute.InputContext`` it was built with as
+``input_context=`` and the batch is checked as one replica's.
+
+Each :class:`Finding` says what is wrong, where, why it matters on a TPU, and the fix. Severities:
+``error`` (will not run on a TPU as written), ``warning`` (runs, but slowly, wastefully or not as
+written) and ``note`` (worth knowing, nothing to change now). Only errors and warnings make a
+report unclean; a clean report prints as one line.
+
+What it checks (the finding codes)
+----------------------------------
+dataset (from ``dataset.element_spec``, without reading any data)
+    ``dynamic-batch``    batch dimension None (``batch()`` without ``drop_remainder``)
+    ``dynamic-shape``    another dimension None, or unknown rank (every new shape recompiles)
+    ``ragged-input`` / ``sparse-input`` / ``composite-input``  non-dense elements
+    ``host-dtype``       strings, variants, complex128: types a TPU cannot hold
+    ``float64``          float64 inputs, weights or step operations
+    ``uneven-split``     global batch not divisible by the replica count
+    ``batch-tiles``      per-replica batch not a multiple of 8 (padding cost estimated)
+    ``small-batch``      note: per-replica batch below 128
+    ``no-prefetch``      note: the pipeline does not end with ``prefetch``
+model
+    ``model-outside-scope``  variables not created under ``strategy.scope()``
+    ``float16-policy``   ``mixed_float16`` instead of the TPU's ``mixed_bfloat16``
+    ``layer-tiles``      a hidden width that wastes the 128-wide matrix units (cost estimated)
+    ``tile-padding``     note: the model's overall padding estimate, when it is large
+step (yours, or the model's forward and backward pass), traced once, never run
+    ``step-not-traceable``  tracing fails, e.g. ``.numpy()`` on a tensor inside the step
+    ``python-side-effect``  ``print``, a mutated list/dict/set, a rebound global: once per trace
+    ``frozen-random``    Python or NumPy random numbers or clocks: frozen into the graph
+    ``python-in-step``   ``tf.py_function`` / ``tf.numpy_function``: a host round trip, no XLA
+    ``print-in-step``    ``tf.print``: runs on the host, every step
+    ``xla-unsupported-op``  an op with no XLA kernel (checked op by op against XLA's registry)
+    ``xla-compile-failed``  XLA cannot compile the step, e.g. a shape computed from values
+    ``dynamic-shape-op``    an op with a data-dependent output size (``tf.unique``, ``tf.where``)
+    ``optimizer-not-built`` an optimizer the step uses has no slot variables yet
+strategy
+    ``spe-unsupported``  ``steps_per_execution > 1`` that this strategy cannot run
+    ``spe-one-on-tpu``   note: ``steps_per_execution=1`` on a TPU (host overhead each step)
+
+What it cannot see
+------------------
+- Speed: whether the input pipeline keeps the TPU busy (the most common TPU problem), and how
+  long XLA compiles take. Measure on the TPU with the profiler.
+- Memory: whether the model, optimizer state and batch fit in the TPU's HBM.
+- The TPU's own compiler. Ops are checked against XLA's *CPU* registry and compiled by XLA for
+  the CPU; the TPU's op set is close to that, not identical. The tile padding is a
+  back-of-the-envelope estimate over Dense and Conv layers (not attention, embeddings or
+  depthwise convolutions); XLA's real layouts and fusions differ.
+- Python side effects it cannot observe: in functions the step calls, in layer attributes or
+  callbacks, or ones that change neither a list/dict/set nor a number/global it can see
+  (``print`` is seen anywhere; random numbers and clocks only in the step's own code).
+  Tracing runs the step's Python code once, so such side effects also happen during the check.
+- With a multi-replica strategy, a step that updates variables cannot be compiled whole by XLA
+  on the CPU (the variables live on several devices): it is checked op by op, and shapes
+  computed from values are then flagged only for the known ops (``VALUE_SHAPE_OPS``).
+- Anything only a real TPU shows: ``TPUStrategy``'s handling of ``steps_per_execution``,
+  ``tf.print`` and partial batches is *unverified on hardware* by this project.
+- A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
+- Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
+
+The modules: ``report`` (what a check returns), ``inputs`` (dataset), ``model``, ``step`` (tracing),
+``side_effects`` and ``xla`` (what the traced step does), ``tpu_facts`` (the numbers behind them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from helpers.readiness.inputs import check_dataset
+from helpers.readiness.model import check_model
+from helpers.readiness.report import SEVERITIES, Finding, NotReady, Report
+from helpers.readiness.step import check_step
+
+__all__ = ["SEVERITIES", "Finding", "NotReady", "Report", "check"]
+
+
+def check(
+    dataset,
+    model=None,
+    *,
+    step: Callable | None = None,
+    strategy=None,
+    replicas: int | None = None,
+    steps_per_execution: int | None = None,
+    compile_step: bool = True,
+    input_context=None,
+) -> Report:
+    """Check a pipeline (and model, and step) for what would fail or be slow on a TPU.
+
+    Args:
+        dataset: the ``tf.data.Dataset`` you give ``fit`` or ``experimental_distribute_dataset``
+            (global batches). Only its ``element_spec`` is read; no data is pulled.
+        model: a built Keras model. Without ``step``, its forward and backward pass is what
+            gets traced and compiled.
+        step: your per-replica training step, the function you give ``strategy.run``. It is
+            called like ``strategy.run`` calls it: a tuple element is unpacked into arguments,
+            anything else is passed as one argument, each with the per-replica batch size.
+            It is traced once, never executed: no weights change.
+        strategy: the ``tf.distribute`` strategy (default: the current one). Its replica count
+            and kind drive the batch and ``steps_per_execution`` checks.
+        replicas: the replica count to plan for without a strategy (e.g. 8 for a v5e-8).
+        steps_per_execution: default: the value the model was compiled with.
+        compile_step: False skips tracing and compiling (fast, dataset and model checks only).
+        input_context: the ``tf.distribute.InputContext`` a ``dataset_fn`` built ``dataset``
+            with (``distribute_datasets_from_function``): its batches are then per replica, and
+            the global batch is that times ``input_context.num_replicas_in_sync``.
+
+    Returns a :class:`Report`. Taught in notebook 10; every notebook checks its own pipeline.
+    """
+    import tensorflow as tf
+
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(
+            "check() needs the tf.data.Dataset you feed to fit() (before "
+            f"experimental_distribute_dataset), got {type(dataset).__name__}"
+        )
+    if model is not None and not _is_keras_layer(model):
+        raise TypeError(f"model must be a Keras model, got {type(model).__name__}")
+    if step is not None and not callable(step):
+        raise TypeError(f"step must be a function, got {type(step).__name__}")
+    if input_context is not None and not isinstance(input_context, tf.distribute.InputContext):
+        raise TypeError(
+            f"input_context must be a tf.distribute.InputContext, got {type(input_context).__name__}"
+        )
+    strategy_given = strategy is not None
+    strategy = strategy if strategy_given else tf.distribute.get_strategy()
+    replicas = _replica_count(strategy, strategy_given, replicas, input_context)
+    per_replica = input_context is not None
+    spe = _steps_per_execution(model, steps_per_execution)
+
+    report = Report(
+        stats={
+            "replicas": replicas,
+            "strategy": type(strategy).__name__,
+            "steps_per_execution": spe,
+        }
+    )
+    spec = dataset.element_spec
+    check_dataset(dataset, spec, replicas, report, per_replica)
+    if model is not None:
+        check_model(model, strategy if strategy_given else None, report)
+    if compile_step and (model is not None or step is not None):
+        check_step(spec, model, step, replicas, report, per_replica)
+    elif model is not None or step is not None:
+        report.skipped.append("step tracing and XLA compile (compile_step=False)")
+    if spe is not None:
+        _check_steps_per_execution(spe, strategy, replicas, report)
+    return report
+
+
+# --------------------------------------------------------------------------------- arguments
+
+
+def _is_keras_layer(obj) -> bool:
+    import keras
+
+    return isinstance(obj, keras.layers.Layer)
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _replica_count(strategy, strategy_given: bool, replicas, input_context) -> int:
+    """The replica count, from whichever of strategy, input context and ``replicas`` was given."""
+    said = []
+    if strategy_given:
+        said.append(("the strategy", strategy.num_replicas_in_sync))
+    if input_context is not None:
+        count = input_context.num_replicas_in_sync
+        said.append((f"input_context (num_replicas_in_sync={count})", count))
+    if replicas is not None:
+        said.append((f"replicas={replicas}", _positive_int("replicas", replicas)))
+    if not said:
+        return strategy.num_replicas_in_sync  # the current (default or entered) strategy
+    (first, count), *others = said
+    for who, other in others:
+        if other != count:
+            raise ValueError(f"{who} disagrees with {first}, which has {count}; pass one of them")
+    return count
+
+
+def _steps_per_execution(model, value) -> int | None:
+    if value is not None:
+        return _positive_int("steps_per_execution", value)
+    if model is not None and getattr(model, "compiled", False):
+        return int(getattr(model, "steps_per_execution", 1) or 1)
+    return None
+
+
+# --------------------------------------------------------------------------------- strategy
+
+
+def _strategy_kind(strategy) -> str:
+    import tensorflow as tf
+
+    if "TPUStrategy" in type(strategy).__name__:
+        return "tpu"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "mirrored"
+    return "other"
+
+
+def _check_steps_per_execution(spe: int, strategy, replicas: int, report: Report) -> None:
+    import keras
+
+    report.checked.append("steps_per_execution")
+    kind = _strategy_kind(strategy)
+    if spe > 1 and kind == "mirrored" and replicas > 1 and keras.__version__.startswith("3."):
+        from helpers.fitting import steps_per_execution_for
+
+        if steps_per_execution_for(strategy, spe).value == spe:  # e.g. ReductionToOneDevice
+            return
+        report.findings.append(
+            Finding(
+                "spe-unsupported",
+                "error",
+                f"steps_per_execution={spe} with MirroredStrategy over {replicas} replicas",
+                "model.compile(steps_per_execution=...)",
+                "With Keras 3, fit() then fails with INVALID_ARGUMENT 'You must feed a value "
+                "for placeholder tensor' (reproduced with Keras 3.8 to 3.15 on 2+ replicas, "
+                "including this collection's simulated TPU, when the gradients are summed by "
+                "collective all-reduce ops, MirroredStrategy's default; TPUStrategy compiles it "
+                "differently, unverified on hardware).",
+                "Choose it from the strategy (helpers.fitting.steps_per_execution_for): 1 on a "
+                "MirroredStrategy with collective all-reduce, a larger value (e.g. 32) on "
+                "TPUStrategy, or MirroredStrategy(cross_device_ops=ReductionToOneDevice()); or a "
+                "custom loop that runs several steps per tf.function call "
+                "(helpers.loops.make_train_steps).",
+            )
+        )
+    elif spe == 1 and kind == "tpu":
+        report.findings.append(
+            Finding(
+                "spe-one-on-tpu",
+                "note",
+                "steps_per_execution=1 on a TPU",
+                "model.compile(steps_per_execution=...)",
+                "Each step returns to the Python host; on a TPU that overhead can exceed the "
+                "step itself for small models.",
+                "Try steps_per_execution=32 or more and compare the time per epoch.",
+            )
+        )

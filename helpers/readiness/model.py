@@ -1,0 +1,163 @@
+"""Checks of the Keras model: the strategy's scope, dtypes, and padding to the 128-wide tiles."""
+
+from __future__ import annotations
+
+import math
+
+from helpers.readiness.report import Finding, Report
+from helpers.readiness.tpu_facts import FLOAT64_WHY, TILE_COLS, WASTE_WARNING, round_up
+
+
+def check_model(model, strategy, report: Report) -> None:
+    """Variables made outside the scope, float64 weights, the float16 policy, tile padding."""
+    report.checked.append("model")
+    if not getattr(model, "built", True) or not model.weights:
+        report.skipped.append("model checks: the model is not built (call it once or use Input)")
+        return
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        outside = _variables_outside_scope(model, strategy)
+        if outside:
+            report.findings.append(
+                Finding(
+                    "model-outside-scope",
+                    "error",
+                    f"{len(outside)} of {len(model.variables)} model variables were created "
+                    "outside strategy.scope()",
+                    f"model '{model.name}', e.g. {outside[0]}",
+                    "Variables made outside the scope are not replicated: the strategy cannot "
+                    "spread training over the replicas, and fit() may quietly train on one "
+                    "device instead of the TPU's cores.",
+                    "Build (and compile) the model inside `with strategy.scope():`.",
+                )
+            )
+    doubles = [v.path for v in model.weights if _dtype_name(v) == "float64"]
+    if doubles:
+        report.findings.append(
+            Finding(
+                "float64",
+                "warning",
+                f"{len(doubles)} model weights are float64",
+                f"model '{model.name}', e.g. {doubles[0]}",
+                f"{FLOAT64_WHY} float64 weights also take twice the memory.",
+                "Leave Keras' float type at float32 (keras.config.set_floatx('float32')) or use "
+                "the 'mixed_bfloat16' policy.",
+            )
+        )
+    half = [
+        layer.name
+        for layer in [model, *_all_layers(model)]
+        if getattr(getattr(layer, "dtype_policy", None), "name", "") == "mixed_float16"
+    ]
+    if half:
+        report.findings.append(
+            Finding(
+                "float16-policy",
+                "warning",
+                "the model uses the 'mixed_float16' policy",
+                f"model '{model.name}', dtype policy of {', '.join(half[:3])}",
+                "TPUs compute in bfloat16, which keeps float32's range: float16 brings loss "
+                "scaling a TPU does not need and is not the type its matrix units are built for.",
+                "keras.mixed_precision.set_global_policy('mixed_bfloat16') before building.",
+            )
+        )
+    _check_tiles(model, report)
+
+
+def _dtype_name(variable) -> str:
+    dtype = getattr(variable, "dtype", "")
+    return getattr(dtype, "name", str(dtype))
+
+
+def _variables_outside_scope(model, strategy) -> list[str]:
+    import keras
+
+    names = []
+    for v in model.variables:
+        tf_var = v.value if isinstance(v, keras.Variable) else v  # Keras wraps the tf.Variable
+        try:
+            inside = strategy.extended.variable_created_in_scope(tf_var)
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if not inside:
+            names.append(getattr(v, "path", getattr(v, "name", "?")))
+    return names
+
+
+def _all_layers(model) -> list:
+    """Every layer in the model, nested models included, in order."""
+    flatten = getattr(model, "_flatten_layers", None)  # private, but it sees nested models
+    return list(flatten(include_self=False)) if flatten else list(getattr(model, "layers", []))
+
+
+def _matmul_layers(model) -> list[tuple]:
+    """``(layer, unit word, K, N, rows per example)`` for Dense and plain Conv layers, in order."""
+    import keras
+
+    layers = _all_layers(model)
+    convs = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
+    found = []
+    for layer in layers:
+        kernel = getattr(layer, "kernel", None)
+        if kernel is None or not getattr(layer, "built", False):
+            continue
+        shape = tuple(int(d) for d in kernel.shape)
+        if isinstance(layer, keras.layers.Dense) and len(shape) == 2:
+            found.append((layer, "units", shape[0], shape[1], _rows(layer, "input")))
+        elif isinstance(layer, convs):
+            found.append((layer, "filters", shape[-2], shape[-1], _rows(layer, "output")))
+    return found
+
+
+def _rows(layer, which: str) -> int:
+    """Rows per example a layer multiplies: the dimensions between batch and features."""
+    try:
+        shape = getattr(layer, which).shape
+        return max(1, math.prod(int(d) for d in shape[1:-1]))
+    except (AttributeError, TypeError, ValueError):
+        return 1
+
+
+def _check_tiles(model, report: Report) -> None:
+    layers = _matmul_layers(model)
+    if not layers:
+        return
+    report.checked.append("tile padding")
+    useful = padded = 0
+    for i, (layer, word, k, n, rows) in enumerate(layers):
+        useful += rows * k * n
+        padded += rows * round_up(k, TILE_COLS) * round_up(n, TILE_COLS)
+        waste = 1 - n / round_up(n, TILE_COLS)
+        if i == len(layers) - 1 or waste < WASTE_WARNING:
+            continue  # the last layer's width is the number of outputs: set by the task
+        up, down = round_up(n, TILE_COLS), n // TILE_COLS * TILE_COLS
+        report.findings.append(
+            Finding(
+                "layer-tiles",
+                "warning",
+                f"layer '{layer.name}' has {n} {word}, not a multiple of {TILE_COLS}",
+                f"model '{model.name}', layer '{layer.name}' ({type(layer).__name__})",
+                f"The matrix units are {TILE_COLS} wide: {n} {word} are padded to {up}, so about "
+                f"{waste:.0%} of this layer's multiply work (and of the next layer's input) is "
+                "padding (an estimate).",
+                f"Use {up} {word}: the same step time on a TPU"
+                + (f" (or {down} if {n} was chosen to save time)." if down else "."),
+            )
+        )
+    overall = 1 - useful / padded
+    report.stats["tile_padding"] = round(overall, 4)
+    if overall >= WASTE_WARNING:
+        first, last = layers[0], layers[-1]
+        report.findings.append(
+            Finding(
+                "tile-padding",
+                "note",
+                f"about {overall:.0%} of the model's matrix work would be tile padding (estimate)",
+                f"model '{model.name}': {first[2]} input features into '{first[0].name}', "
+                f"{last[3]} outputs from '{last[0].name}'",
+                f"Sizes set by the data and the task (input features, number of classes) rarely "
+                f"fill {TILE_COLS}-wide tiles; in a small model that padding dominates, in a "
+                "large one it fades.",
+                f"Nothing to change for sizes the data sets; keep the sizes you choose at "
+                f"multiples of {TILE_COLS}.",
+            )
+        )

@@ -1,0 +1,135 @@
+"""What the readiness check returns: :class:`Finding`, :class:`Report` and :class:`NotReady`."""
+
+from __future__ import annotations
+
+import html
+import textwrap
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+SEVERITIES = ("error", "warning", "note")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: what, where, why it matters on a TPU, and the fix."""
+
+    code: str
+    severity: str
+    what: str
+    where: str
+    why: str
+    fix: str
+
+    def __post_init__(self):
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+
+class NotReady(AssertionError):
+    """Raised by :meth:`Report.assert_clean`; the message lists the problems."""
+
+
+@dataclass
+class Report:
+    """The findings of :func:`check`, printable as text and shown as a table in notebooks."""
+
+    findings: list[Finding] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Errors and warnings: what makes the report unclean."""
+        return [f for f in self.findings if f.severity != "note"]
+
+    @property
+    def notes(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "note"]
+
+    @property
+    def codes(self) -> set[str]:
+        """The codes of every finding, notes included."""
+        return {f.code for f in self.findings}
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    def find(self, code: str) -> list[Finding]:
+        return [f for f in self.findings if f.code == code]
+
+    def assert_clean(self, allow: Iterable[str] = ()) -> Report:
+        """Raise :class:`NotReady` unless every error and warning has a code in ``allow``."""
+        allow = set(allow)
+        left = [f for f in self.problems if f.code not in allow]
+        if left:
+            shown = Report(left, self.checked, self.skipped, self.stats)
+            raise NotReady(shown.text(notes=False))
+        return self
+
+    def summary(self) -> str:
+        """The one-line verdict."""
+        context = self._context()
+        if self.clean:
+            extra = f"; {len(self.notes)} note(s) in report.notes" if self.notes else ""
+            return f"TPU readiness: clean, no problems found ({context}{extra})"
+        counts = [
+            f"{n} {sev}{'s' if n > 1 else ''}"
+            for sev in SEVERITIES
+            if (n := sum(f.severity == sev for f in self.findings))
+        ]
+        return f"TPU readiness: {', '.join(counts)} ({context})"
+
+    def _context(self) -> str:
+        parts = [f"checked {', '.join(self.checked)}" if self.checked else "nothing checked"]
+        if "replicas" in self.stats:
+            parts.append(f"{self.stats['replicas']} replica(s)")
+        if self.stats.get("global_batch") is not None:
+            parts.append(f"global batch {self.stats['global_batch']}")
+        return "; ".join(parts)
+
+    def text(self, notes: bool = True, width: int = 100) -> str:
+        """The report as plain text: the summary line, then one block per finding."""
+        if self.clean and not notes:
+            return self.summary()
+        lines = [self.summary()]
+        shown = self.findings if notes else self.problems
+        for i, f in enumerate(shown, 1):
+            lines.append(f"{i}. [{f.severity}] {f.what}  ({f.code})")
+            for label, value in (("where", f.where), ("why", f.why), ("fix", f.fix)):
+                lines += textwrap.wrap(
+                    value, width, initial_indent=f"   {label + ':':<7}", subsequent_indent=" " * 10
+                )
+        lines += [f"   (skipped: {reason})" for reason in self.skipped]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text(notes=not self.clean)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        colour = {"error": "#c5221f", "warning": "#e37400", "note": "#5f6368"}
+        head = html.escape(self.summary())
+        if self.clean:
+            return f'<div style="color:#188038;font-weight:bold">{head}</div>'
+        rows = "".join(
+            f"<tr><td>{i}</td>"
+            f'<td style="color:{colour[f.severity]};font-weight:bold">{f.severity}</td>'
+            + "".join(
+                f'<td style="text-align:left">{html.escape(v)}</td>'
+                for v in (f.what, f.where, f.why, f.fix)
+            )
+            + f"<td><code>{f.code}</code></td></tr>"
+            for i, f in enumerate(self.findings, 1)
+        )
+        skipped = "".join(f"<li>{html.escape(s)}</li>" for s in self.skipped)
+        return (
+            f"<div><b>{head}</b><table>"
+            "<tr><th>#</th><th>severity</th><th>what</th><th>where</th>"
+            "<th>why it matters on a TPU</th><th>fix</th><th>code</th></tr>"
+            f"{rows}</table>" + (f"<small>skipped:<ul>{skipped}</ul></small>" if skipped else "")
+        ) + "</div>"
