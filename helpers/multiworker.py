@@ -615,6 +615,24 @@ def _load_outcome(prefix: Path, run: WorkerRun) -> WorkerOutcome:
     return WorkerOutcome(weights=weights, seconds=run.seconds, **report)
 
 
+def worker_dataset(x, y, context, global_batch_size: int, seed: int = 0):
+    """One worker's input pipeline, the ``dataset_fn`` of :func:`train_worker` (notebook 09).
+
+    Keeps the worker's shard (``context.input_pipeline_id`` of ``num_input_pipelines``) of
+    ``(image, label, example number)`` and batches it per replica; the example numbers show
+    afterwards which worker trained on what.
+    """
+    import tensorflow as tf
+
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.int32)
+    ids = np.arange(len(x), dtype=np.int64)
+    per_replica = context.get_per_replica_batch_size(global_batch_size)
+    ds = tf.data.Dataset.from_tensor_slices((x, y, ids))
+    ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
+    ds = ds.shuffle(len(x), seed=seed).repeat()
+    return ds.batch(per_replica, drop_remainder=True).prefetch(2)
+
+
 def train_worker(
     data: str,
     out: str,
@@ -643,17 +661,11 @@ def train_worker(
 
     with np.load(data) as arrays:
         x, y = arrays["x"], arrays["y"]
-    ids = np.arange(len(x), dtype=np.int64)  # example numbers, to show which worker saw what
     contexts = []
 
     def dataset_fn(context: tf.distribute.InputContext):
-        # Called once per worker: keep only this worker's shard, batch per replica.
-        contexts.append(context)
-        per_replica = context.get_per_replica_batch_size(global_batch_size)
-        ds = tf.data.Dataset.from_tensor_slices((x, y, ids))
-        ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
-        ds = ds.shuffle(len(x), seed=seed).repeat()
-        return ds.batch(per_replica, drop_remainder=True).prefetch(2)
+        contexts.append(context)  # called once per worker, with that worker's context
+        return worker_dataset(x, y, context, global_batch_size, seed)
 
     dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
 

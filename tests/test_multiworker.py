@@ -280,6 +280,25 @@ def test_isolate_true_fails_clearly_when_unavailable(monkeypatch):
         M.run_workers(["-c", "pass"], 1, isolate=True)
 
 
+def test_worker_dataset_gives_each_worker_its_own_shard_in_per_replica_batches():
+    tf = pytest.importorskip("tensorflow")
+    x = np.random.default_rng(0).random((40, 8, 8, 1))  # float64, as a user might pass it
+    y = np.arange(40) % 10
+    shards = []
+    for worker in range(2):
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2
+        )
+        ds = M.worker_dataset(x, y, context, global_batch_size=8)
+        images, labels, _ = ds.element_spec
+        assert images.shape == (4, 8, 8, 1) and images.dtype == tf.float32  # per replica
+        assert labels.dtype == tf.int32
+        ids = [int(i) for _, _, batch_ids in ds.take(5) for i in batch_ids]  # one pass: 20
+        assert len(set(ids)) == 20 and all(i % 2 == worker for i in ids)
+        shards.append(set(ids))
+    assert not shards[0] & shards[1]
+
+
 def test_global_batches_put_each_workers_share_in_order():
     def outcome(task, ids):
         return M.WorkerOutcome(task, 2, [], task, 2, ids, [0.0], [])
