@@ -11,7 +11,7 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``topology``: TPU topologies and device assignments, drawn (07)
 - ``checkpoints`` and ``preemption``: saving, restoring and surviving a kill (08)
 - ``multiworker``: several worker processes on one machine (09)
-- ``readiness``: the TPU readiness check (10)
+- ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
 - ``models``, ``results``, ``plots``, ``checks``, ``timing``: small shared pieces
 
 TensorFlow is imported lazily, so ``import helpers`` works even where TensorFlow is missing
