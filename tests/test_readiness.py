@@ -548,6 +548,7 @@ def test_dataset_fn_pipeline_is_checked_as_per_replica_batches(digits):
     assert report.clean, report.text()
     assert report.stats["per_replica_batch"] == 16 and report.stats["global_batch"] == 128
     assert report.stats["replicas"] == 8 and "XLA compile" in report.checked
+    assert "per-replica batch" in report.checked and "batch split" not in report.checked
     # Read as global batches, the same pipeline would be split 8 ways: 2 rows per replica.
     as_global = readiness.check(ds, model, step=replica_step, replicas=8)
     assert as_global.stats["per_replica_batch"] == 2

@@ -64,7 +64,7 @@ What it cannot see
   Tracing runs the step's Python code once, so such side effects also happen during the check.
 - With a multi-replica strategy, a step that updates variables cannot be compiled whole by XLA
   on the CPU (the variables live on several devices): it is checked op by op, and shapes
-  computed from values are then flagged only for the known ops (``VALUE_SHAPE_OPS``).
+  computed from values are then flagged only for the known ops (``xla.VALUE_SHAPE_OPS``).
 - Anything only a real TPU shows: ``TPUStrategy``'s handling of ``steps_per_execution``,
   ``tf.print`` and partial batches is *unverified on hardware* by this project.
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.

@@ -183,7 +183,7 @@ def _add_dynamic(report: Report, path: str, detail: str) -> None:
 
 
 def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool) -> None:
-    report.checked.append("batch split")
+    report.checked.append("per-replica batch" if per_replica else "batch split")
     if per_replica:  # a dataset_fn's batch is one replica's: nothing to split
         global_batch = batch * replicas
         where = f"dataset_fn, per-replica batch {batch} x {replicas} replicas"
