@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-# The last TensorFlow with a TPU build on PyPI that is self-contained (pins its libtpu).
-TPU_TENSORFLOW = "tensorflow-tpu==2.19.1"
+from helpers import routes
 
 # Environment variables that TPU hosts set (Kaggle sets ISTPUVM; Cloud TPU VMs the others).
 TPU_ENV_HINTS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
@@ -98,9 +97,10 @@ class TPUSupport:
 def tensorflow_tpu_support() -> TPUSupport:
     """Judge from package metadata whether this TensorFlow can drive a TPU (notebook 01).
 
-    ``tensorflow-tpu`` 2.19.x pins a matching libtpu and is the known-good choice. A CPU-only
-    build, no TensorFlow, or ``tensorflow-tpu`` 2.20 (which pulls the newest libtpu, the pairing
-    Kaggle saw fail with "No TPU platform found") are known-bad. A plain ``tensorflow`` next to
+    ``tensorflow-tpu`` 2.19.x pins a matching libtpu and is the known-good choice. 2.20.0 counts
+    only beside the libtpu that :mod:`helpers.routes` pins for it (unverified on hardware, so
+    "unknown"); with any other libtpu it is the pairing Kaggle saw fail with "No TPU platform
+    found". A CPU-only build or no TensorFlow are known-bad. A plain ``tensorflow`` next to
     ``libtpu`` is what Cloud TPU VM images ship: it may work, so the answer is "unknown".
     """
     dist = tensorflow_distribution()
@@ -111,47 +111,64 @@ def tensorflow_tpu_support() -> TPUSupport:
     if name == "tensorflow-cpu":
         return TPUSupport(False, f"tensorflow-cpu {version} is a CPU-only build")
     if name == "tensorflow-tpu":
-        if version.startswith("2.20"):
-            return TPUSupport(
-                False,
-                f"tensorflow-tpu {version} installs the newest libtpu ({libtpu}), a pairing "
-                "known to fail with 'No TPU platform found'",
-            )
         if libtpu is None:
             return TPUSupport(False, f"tensorflow-tpu {version} is installed without libtpu")
-        return TPUSupport(True, f"tensorflow-tpu {version} with libtpu {libtpu}")
+        release = next((r for r in routes.RELEASES if r.tensorflow == version), None)
+        if release is not None and release.libtpu_pinned_by_wheel:
+            return TPUSupport(True, f"tensorflow-tpu {version} with libtpu {libtpu}")
+        if release is not None and libtpu == release.libtpu:
+            return TPUSupport(
+                None,
+                f"tensorflow-tpu {version} with libtpu {libtpu}, the pinned pairing "
+                "(unverified on hardware)",
+            )
+        if release is not None:
+            return TPUSupport(
+                False,
+                f"tensorflow-tpu {version} beside libtpu {libtpu} instead of "
+                f"{release.libtpu}, a pairing known to fail with 'No TPU platform found'",
+            )
+        return TPUSupport(
+            None, f"tensorflow-tpu {version} with libtpu {libtpu}: not a known pairing"
+        )
     if libtpu is not None:
         return TPUSupport(None, f"{name} {version} beside libtpu {libtpu}: may work (TPU VM image)")
     return TPUSupport(False, f"{name} {version} has no TPU support (no libtpu installed)")
 
 
-def tpu_fix_commands(platform: str | None = None) -> list[str]:
-    """The shell commands that give this platform a TensorFlow able to drive its TPU."""
+def tpu_fix_commands(platform: str | None = None, python: str | None = None) -> list[str]:
+    """The shell commands that give this platform a TensorFlow able to drive its TPU.
+
+    Raises :class:`helpers.routes.NoRoute` when no TPU build has a wheel for ``python``.
+    """
     platform = platform or detect_platform()
-    install = f"pip install {TPU_TENSORFLOW}"
-    if platform == "kaggle":
-        # Kaggle's TPU image ships tensorflow-cpu; both builds in one environment collide.
-        return ["pip uninstall -y tensorflow tensorflow-cpu", install]
-    return [install]
-
-
-def _restart_advice(platform: str) -> str:
-    return {
-        "colab": "Runtime > Restart session",
-        "kaggle": "Run > Restart & clear cell outputs",
-    }.get(platform, "restart the Jupyter kernel")
+    return list(routes.choose_route(platform, python).commands)
 
 
 def unusable_tpu_message(support: TPUSupport, hints: list[str], platform: str) -> str:
-    """Explain, in the words a user needs, why the TPU cannot be used and how to fix it."""
-    commands = "\n".join(f"    {c}" for c in tpu_fix_commands(platform))
-    return (
+    """Explain, in the words a user needs, why the TPU cannot be used and how to fix it.
+
+    The fix is the install route for this platform and Python (:mod:`helpers.routes`); where no
+    route exists the message says so and names the way out instead of a command that would fail.
+    """
+    found = (
         f"TPU hardware was found ({', '.join(hints)}) but TensorFlow cannot use it: "
         f"{support.reason}.\n"
-        f"Fix: run\n{commands}\n"
-        f"then restart the runtime ({_restart_advice(platform)}) and run the notebook again.\n"
+    )
+    fallback = (
         "This check stops instead of quietly training on the CPU. To learn on the CPU anyway, "
         "call helpers.connect(..., allow_cpu_fallback=True)."
+    )
+    try:
+        route = routes.choose_route(platform)
+    except routes.NoRoute as err:
+        return f"{found}{err}\n{fallback}"
+    commands = "\n".join(f"    {c}" for c in route.commands)
+    notes = "".join(f"Note: {n}.\n" for n in route.notes)
+    return (
+        f"{found}Fix: run\n{commands}\n"
+        f"then restart the runtime ({route.restart}) and run the notebook again.\n"
+        f"{notes}{fallback}"
     )
 
 
@@ -166,9 +183,12 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
 
     - No TPU in sight: only checks that TensorFlow is importable.
     - TPU present and TensorFlow able (or possibly able) to drive it: returns.
-    - TPU present and TensorFlow unable: on Colab and Kaggle (``install=None`` means "yes there")
-      installs ``tensorflow-tpu`` and raises :class:`RestartRequired`; elsewhere raises
-      :class:`TPUUnusableError` with the commands to run. Never falls back silently.
+    - TPU present and TensorFlow unable: where the platform installs automatically (Colab and
+      Kaggle; ``install=None`` means "as the platform does") runs the install route for this
+      Python and raises :class:`RestartRequired`; elsewhere raises :class:`TPUUnusableError`
+      with the commands to run. When this Python has no route, raises
+      :class:`TPUUnusableError` with the way out and runs no pip command. Never falls back
+      silently.
 
     Taught in notebook 01.
     """
@@ -183,13 +203,18 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
         return support
     if support.usable is not False:
         return support
+    try:
+        route = routes.choose_route(platform)
+    except routes.NoRoute:
+        route = None
     if install is None:
-        install = platform in ("colab", "kaggle")
-    if not install:
+        install = route is not None and route.installs_automatically
+    if not install or route is None:
         raise TPUUnusableError(unusable_tpu_message(support, hints, platform))
-    for command in tpu_fix_commands(platform):
+    for command in route.commands:
         _pip(command)
+    routes.record_installed(route)
     raise RestartRequired(
-        f"Installed {TPU_TENSORFLOW}. Restart the runtime now ({_restart_advice(platform)}) "
-        "and run the notebook again; this cell will then pass."
+        f"Installed {route.release.requirement} (route {route.name}). Restart the runtime now "
+        f"({route.restart}) and run the notebook again; this cell will then pass."
     )

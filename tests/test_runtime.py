@@ -6,7 +6,14 @@ import importlib.metadata
 
 import pytest
 
-from helpers import runtime
+from helpers import routes, runtime
+
+
+@pytest.fixture(autouse=True)
+def python_312(monkeypatch, tmp_path):
+    """These tests read like a Kaggle user's Python; test_routes covers every other Python."""
+    monkeypatch.setattr(routes, "python_version", lambda version_info=None: "3.12")
+    monkeypatch.setattr(routes, "_record_path", lambda: tmp_path / "route.json")
 
 
 @pytest.mark.parametrize(
@@ -52,6 +59,7 @@ def _fake_packages(monkeypatch, installed: dict[str, str]):
         ({"tensorflow-cpu": "2.20.0"}, False, "CPU-only"),
         ({"tensorflow-tpu": "2.19.1", "libtpu": "0.0.10"}, True, "libtpu 0.0.10"),
         ({"tensorflow-tpu": "2.20.0", "libtpu": "0.0.17"}, False, "No TPU platform found"),
+        ({"tensorflow-tpu": "2.20.0", "libtpu": "0.0.14"}, None, "unverified on hardware"),
         ({"tensorflow-tpu": "2.19.1"}, False, "without libtpu"),
         ({"tensorflow": "2.19.0", "libtpu": "0.0.10"}, None, "may work"),
         ({"tensorflow": "2.21.0"}, False, "no libtpu"),
@@ -64,9 +72,9 @@ def test_tensorflow_tpu_support(monkeypatch, installed, usable, reason_part):
     assert reason_part in support.reason
 
 
-def test_fix_commands_name_the_tpu_build_and_kaggle_uninstall():
-    assert runtime.tpu_fix_commands("colab") == ["pip install tensorflow-tpu==2.19.1"]
-    kaggle = runtime.tpu_fix_commands("kaggle")
+def test_fix_commands_follow_the_route_for_this_python():
+    assert runtime.tpu_fix_commands("colab", "3.12") == ["pip install tensorflow-tpu==2.19.1"]
+    kaggle = runtime.tpu_fix_commands("kaggle", "3.12")
     assert kaggle[0].startswith("pip uninstall -y") and "tensorflow-cpu" in kaggle[0]
     assert kaggle[1] == "pip install tensorflow-tpu==2.19.1"
 
