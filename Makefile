@@ -3,20 +3,38 @@
 #   make test   set up .venv and run lint, structure checks, unit tests and every notebook
 # Other targets: make smoke (the quick headless run), make bench (the performance report,
 # build/benchmark.md; make bench-quick for the reduced mode the tests run), make sync (regenerate
-# derived cells and the README table, strip outputs), make lab (JupyterLab).
-# VENV and REQUIREMENTS choose the environment, e.g. the TensorFlow 2.19.1 one that CI also tests:
-#   make test VENV=.venv-tf219 REQUIREMENTS=requirements-tf219.txt
+# derived cells and the README table, strip outputs), make lab (JupyterLab), make check-routes
+# (resolve every install route against the package index with pip --dry-run; installs nothing).
+#
+# STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
+#   main    this machine's python3 + TensorFlow 2.21 (requirements.txt): laptops, CI, Binder
+#   kaggle  Python 3.12 + tensorflow-cpu 2.19.1 (requirements-kaggle.txt): Kaggle's TPU VM
+#   colab   Python 3.13 + tensorflow-cpu 2.20.0 (requirements-colab.txt): Colab's TPU runtime
+# e.g. `make test STACK=colab`. Each stack has its own virtual environment (.venv, .venv-kaggle,
+# .venv-colab); tools/find_python.py finds its interpreter or says how to install it.
 
-PYTHON ?= python3
-VENV ?= .venv
-REQUIREMENTS ?= requirements.txt
+STACK ?= main
+ifeq ($(STACK),main)
+  STACK_PYTHON :=
+  REQUIREMENTS ?= requirements.txt
+  VENV ?= .venv
+else ifeq ($(STACK),kaggle)
+  STACK_PYTHON := 3.12
+  REQUIREMENTS ?= requirements-kaggle.txt
+else ifeq ($(STACK),colab)
+  STACK_PYTHON := 3.13
+  REQUIREMENTS ?= requirements-colab.txt
+else
+  $(error Unknown STACK=$(STACK); use main, kaggle or colab)
+endif
+VENV ?= .venv-$(STACK)
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 NB ?=
 # One folder per environment (and per NB selection), so parallel runs never clobber each other.
 SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
 
-.PHONY: run smoke test test-unit test-notebooks lint sync lab bench bench-quick clean
+.PHONY: run smoke test test-unit test-notebooks lint sync lab bench bench-quick check-routes clean
 
 run: $(READY)
 	$(BIN)/python tools/run_notebooks.py
@@ -56,8 +74,12 @@ bench-quick: $(READY)
 lab: $(READY)
 	$(BIN)/jupyter lab notebooks
 
+check-routes: $(READY)
+	$(BIN)/python tools/check_routes.py
+
 $(READY): $(REQUIREMENTS) requirements-tools.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(if $(STACK_PYTHON),python3 tools/find_python.py $(STACK_PYTHON) >/dev/null)
+	$(if $(STACK_PYTHON),$$(python3 tools/find_python.py $(STACK_PYTHON)),python3) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r $(REQUIREMENTS)
 	$(BIN)/python -m pip install --quiet --no-deps -e .

@@ -346,6 +346,40 @@ def route_table(pythons: tuple[str, ...] = PYTHONS_CHECKED) -> list[dict]:
     return rows
 
 
+def markdown_table() -> str:
+    """The platforms' routes as a Markdown table, every claim labelled (README and notebook 01)."""
+    lines = [
+        "| platform | TPU | Python | TensorFlow it ships | what to do | verified on a TPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for platform in PLATFORMS.values():
+        if platform.python[0].isdigit():
+            try:
+                route = choose_route(platform.name, platform.python)
+                todo = "<br>".join(f"`{c}`" for c in route.commands)
+                todo += f", then restart ({route.restart})"
+            except NoRoute:
+                todo = platform.other_python
+        else:
+            todo = "use the image's TensorFlow (nothing to install)"
+        lines.append(
+            f"| {platform.label} | {platform.hardware} | {platform.python} | "
+            f"{platform.tensorflow_shipped} | {todo} | no |"
+        )
+    lines += ["", "| Python | tensorflow-tpu | libtpu | source |", "|---|---|---|---|"]
+    for python in PYTHONS_CHECKED:
+        release = next(iter(releases_for(python)), None)
+        if release is None:
+            lines.append(f"| {python} | none: no TPU build has a wheel | | PyPI (checked by pip) |")
+            continue
+        pin = "pinned by the wheel" if release.libtpu_pinned_by_wheel else "pinned by this route"
+        lines.append(
+            f"| {python} | {release.tensorflow} | {release.libtpu} ({pin}) | "
+            f"PyPI (checked by pip); unverified on hardware |"
+        )
+    return "\n".join(lines)
+
+
 # --- Which route this environment was given ----------------------------------------------------
 
 
@@ -384,6 +418,7 @@ __all__ = [
     "TPURelease",
     "choose_route",
     "installed_route",
+    "markdown_table",
     "platform_facts",
     "python_version",
     "record_installed",

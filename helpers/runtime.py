@@ -145,10 +145,13 @@ def tpu_fix_commands(platform: str | None = None, python: str | None = None) -> 
     return list(routes.choose_route(platform, python).commands)
 
 
-def unusable_tpu_message(support: TPUSupport, hints: list[str], platform: str) -> str:
+def unusable_tpu_message(
+    support: TPUSupport, hints: list[str], platform: str, python: str | None = None
+) -> str:
     """Explain, in the words a user needs, why the TPU cannot be used and how to fix it.
 
-    The fix is the install route for this platform and Python (:mod:`helpers.routes`); where no
+    The fix is the install route for this platform and Python (default: this interpreter's, see
+    :mod:`helpers.routes`); where no
     route exists the message says so and names the way out instead of a command that would fail.
     """
     found = (
@@ -160,7 +163,7 @@ def unusable_tpu_message(support: TPUSupport, hints: list[str], platform: str) -
         "call helpers.connect(..., allow_cpu_fallback=True)."
     )
     try:
-        route = routes.choose_route(platform)
+        route = routes.choose_route(platform, python)
     except routes.NoRoute as err:
         return f"{found}{err}\n{fallback}"
     commands = "\n".join(f"    {c}" for c in route.commands)

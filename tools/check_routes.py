@@ -1,0 +1,112 @@
+"""Check the install routes of ``helpers.routes`` against the package index, installing nothing.
+
+    python tools/check_routes.py        # make check-routes; CI runs it once
+
+For every release in ``routes.RELEASES`` and every Python in ``routes.PYTHONS_CHECKED`` it asks
+pip whether ``tensorflow-tpu==X`` has a wheel for that Python, and fails if the answer differs
+from the release's ``pythons``. Then it resolves every route's ``pip install`` arguments with
+their dependencies, for the route's Python, and reports the libtpu pip would pick without the
+route's pin. Everything runs as ``pip install --dry-run --target TMP --python-version X.Y``: pip
+reads wheel metadata from the index and installs nothing. TPU builds must never be installed on
+a machine without a TPU (see README), so this is the only way they are tested here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from helpers import routes  # noqa: E402
+
+
+def dry_run(args: list[str], python: str, *, deps: bool) -> dict | None:
+    """pip's install report for ``args`` on ``python``, or None when it does not resolve."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--ignore-installed",
+            "--only-binary=:all:",
+            "--python-version",
+            python,
+            "--target",
+            str(Path(tmp) / "target"),
+            "--report",
+            str(report),
+            *([] if deps else ["--no-deps"]),
+            *args,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            if "No matching distribution" not in done.stderr:
+                raise RuntimeError(f"pip failed for {args} on {python}:\n{done.stderr[-2000:]}")
+            return None
+        return json.loads(report.read_text())
+
+
+def versions(report: dict) -> dict[str, str]:
+    return {
+        i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+        for i in report["install"]
+    }
+
+
+def main() -> int:
+    problems = []
+    print("Wheels by Python (tensorflow-tpu, --no-deps):")
+    for release in routes.RELEASES:
+        for python in routes.PYTHONS_CHECKED:
+            has_wheel = dry_run([release.requirement], python, deps=False) is not None
+            claimed = python in release.pythons
+            mark = "ok " if has_wheel == claimed else "BAD"
+            print(f"  {mark} {release.requirement:<24} Python {python}: wheel={has_wheel}")
+            if has_wheel != claimed:
+                problems.append(f"{release.requirement} on {python}: table says {claimed}")
+
+    print("Routes resolved with their dependencies:")
+    seen = set()
+    for row in routes.route_table():
+        if row["tensorflow"] is None:
+            continue
+        route = routes.choose_route(row["platform"], row["python"])
+        install = route.commands[-1].split()[2:]  # after "pip install"
+        key = (tuple(install), route.python)
+        if key in seen:
+            continue
+        seen.add(key)
+        report = dry_run(install, route.python, deps=True)
+        if report is None:
+            problems.append(f"{' '.join(install)} does not resolve on Python {route.python}")
+            print(f"  BAD {' '.join(install)} on Python {route.python}: does not resolve")
+            continue
+        got = versions(report)
+        print(
+            f"  ok  {' '.join(install)} on Python {route.python}: tensorflow-tpu "
+            f"{got.get('tensorflow-tpu')}, libtpu {got.get('libtpu')}, keras {got.get('keras')}, "
+            f"numpy {got.get('numpy')}"
+        )
+        if got.get("libtpu") != route.release.libtpu:
+            problems.append(f"{route.name}: pip picks libtpu {got.get('libtpu')}")
+        if not route.release.libtpu_pinned_by_wheel:
+            bare = dry_run([route.release.requirement], route.python, deps=True)
+            newest = versions(bare).get("libtpu") if bare else None
+            print(f"      without the pin pip would take libtpu {newest}")
+
+    if problems:
+        print("\nThe route table disagrees with the package index:", *problems, sep="\n  ")
+        return 1
+    print("\nEvery route resolves, and the table's wheel facts match the package index.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
