@@ -95,8 +95,10 @@ RELEASES: tuple[TPURelease, ...] = (
                 "PyPI metadata, checked with pip install --dry-run --python-version (Nov 2026)",
             ),
             Fact(
-                "Keras pins tensorflow-tpu==2.19.1 as the last TensorFlow with TPU support",
-                "keras-team/keras requirements files",
+                "Keras pins tensorflow-tpu==2.19.1 as 'the last version of the TensorFlow that "
+                "supports TPUs'; its own TPU CI runs the JAX backend only",
+                "keras-team/keras requirements-tensorflow-tpu.txt (keras-team/keras#21974) and "
+                ".github/workflows/tpu_tests.yml",
             ),
         ),
     ),
@@ -114,12 +116,15 @@ RELEASES: tuple[TPURelease, ...] = (
                 "PyPI metadata, checked with pip install --dry-run --python-version (Nov 2026)",
             ),
             Fact(
-                "tensorflow-tpu 2.20 beside a newer libtpu failed with 'No TPU platform found'",
-                "Kaggle/docker-python (TPU image, Sept 2025)",
+                "tensorflow-tpu 2.20 beside a newer libtpu failed with 'No TPU platform found', "
+                "so Kaggle stopped pre-installing it",
+                "Kaggle/docker-python#1499 (commit 3e031bac, Sept 2025)",
             ),
             Fact(
-                "tensorflow-tpu 2.20.0 with libtpu 0.0.14 drives a TPU",
-                "the lower bound of the wheel's own libtpu requirement",
+                "tensorflow-tpu 2.20.0 with libtpu 0.0.14 drives a TPU: 0.0.14 is the lower bound "
+                "of the wheel's own requirement and the NEXT_LIBTPU_VERSION of TensorFlow's "
+                "setup.py during the 2.20 cycle; no report of this pair on a TPU was found",
+                "tensorflow/tensorflow tensorflow/tools/pip_package/setup.py (master, 2.20 cycle)",
             ),
         ),
     ),
@@ -144,9 +149,12 @@ PLATFORMS: dict[str, Platform] = {
         restart="Runtime > Restart session",
         installs_automatically=True,
         other_python=(
-            "Colab's TPU runtime chooses the Python; this project could not confirm that an "
-            "older runtime version with Python 3.12 or earlier is selectable for TPUs today. "
-            "Use a Cloud TPU VM with a tpu-vm-tf image, " + _JAX_WAY + "."
+            "Colab's Command Palette has a 'Change runtime version' command (per session) that "
+            "offers runtime 26.07 with Python 3.12, where tensorflow-tpu 2.19.1 installs; Colab "
+            "publishes a TPU package list for 26.07, but this project could not confirm the "
+            "switch on a TPU runtime (googlecolab/colabtools#6081). Otherwise use a Cloud TPU VM, "
+            + _JAX_WAY
+            + "."
         ),
         facts=(
             Fact("the free TPU is a v5e-1 TPU VM", "googlecolab/colabtools#5566"),
@@ -154,7 +162,9 @@ PLATFORMS: dict[str, Platform] = {
                 "the TPU runtime has no TensorFlow since March 2025", "googlecolab/colabtools#5164"
             ),
             Fact(
-                "the TPU runtime runs Python 3.13 since August 2026", "googlecolab/colabtools#6081"
+                "the TPU runtime runs Python 3.13.15 since August 2026, with jax 0.7.2 and "
+                "libtpu 0.0.21.1; runtime versions 26.07 and 26.04 ran Python 3.12",
+                "googlecolab/colabtools#6081 and googlecolab/backend-info (pip-freeze.tpu.txt)",
             ),
         ),
     ),
@@ -173,8 +183,9 @@ PLATFORMS: dict[str, Platform] = {
         facts=(
             Fact(
                 "the TPU image is Python 3.12 with tensorflow-cpu 2.20.0 beside jax, torch_xla "
-                "and libtpu 0.0.17; its TPU build of TensorFlow was removed in Sept 2025",
-                "Kaggle/docker-python (tpu/ image)",
+                "and libtpu 0.0.17, and sets ISTPUVM=1; its TPU build of TensorFlow was removed "
+                "in Sept 2025",
+                "Kaggle/docker-python tpu/config.txt, tpu/requirements.in, tpu/Dockerfile; #1499",
             ),
             Fact(
                 "installing a TPU build replaces the image's libtpu, so JAX and torch_xla "
@@ -191,11 +202,15 @@ PLATFORMS: dict[str, Platform] = {
         tensorflow_shipped="TensorFlow from the tpu-vm-tf-X.Y.Z-pjrt runtime image",
         restart="restart the Python process",
         installs_automatically=False,
-        other_python="Create the VM from a tpu-vm-tf-2.19 or 2.20 runtime image, " + _JAX_WAY + ".",
+        other_python=(
+            "Create the VM from a tpu-vm-tf-X.Y.Z-pjrt runtime image, which brings its own "
+            "TensorFlow (this project found none newer than 2.18 documented), " + _JAX_WAY + "."
+        ),
         facts=(
             Fact(
-                "TensorFlow TPU VMs are created from tpu-vm-tf-X.Y.Z[-pod]-pjrt runtime images",
-                "Cloud TPU documentation, TPU software versions",
+                "TensorFlow TPU VMs are created from tpu-vm-tf-X.Y.Z[-pod]-pjrt runtime images; "
+                "v5e, v5p and v6e support TensorFlow 2.15 and later",
+                "cloud.google.com/tpu/docs/runtimes and /tpu/docs/supported-versions",
             ),
         ),
     ),
