@@ -178,7 +178,30 @@ def unusable_tpu_message(
 def _pip(command: str) -> None:
     args = command.split()[1:]  # drop the leading "pip"
     print("$", command, flush=True)
-    subprocess.check_call([sys.executable, "-m", "pip", *args, "-q"])
+    try:
+        subprocess.check_call([sys.executable, "-m", "pip", *args, "-q"])
+    except subprocess.CalledProcessError as err:
+        raise TPUUnusableError(
+            f"`{command}` failed (exit {err.returncode}; pip's own message is above). A runtime "
+            "without internet access cannot install packages: on Kaggle, turn on Internet in "
+            "the notebook's settings. Then run the cell again."
+        ) from None
+
+
+def _no_tensorflow_message(platform: str) -> str:
+    if platform not in ("colab", "kaggle"):
+        return "TensorFlow is not installed. Locally: pip install -r requirements.txt"
+    # Hosted CPU and GPU runtimes ship TensorFlow; one without it is most likely a TPU runtime
+    # whose hardware this check did not recognise (the device-node hints are unverified).
+    try:
+        todo = "run\n" + "\n".join(f"    {c}" for c in routes.choose_route(platform).commands)
+    except routes.NoRoute as err:
+        todo = str(err)
+    return (
+        f"TensorFlow is not installed, and no TPU hardware was recognised on {platform}. "
+        f"On a TPU runtime, {todo}\nand restart the runtime. On a CPU or GPU runtime: "
+        "pip install tensorflow."
+    )
 
 
 def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
@@ -200,9 +223,7 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
     support = tensorflow_tpu_support()
     if not hints:
         if tensorflow_distribution() is None:
-            raise ModuleNotFoundError(
-                "TensorFlow is not installed. Locally: pip install -r requirements.txt"
-            )
+            raise ModuleNotFoundError(_no_tensorflow_message(platform))
         return support
     if support.usable is not False:
         return support

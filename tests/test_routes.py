@@ -170,3 +170,22 @@ def test_no_tpu_in_sight_needs_no_route(monkeypatch):
     )
     assert runtime.ensure_tensorflow().usable is False
     assert ran == []
+
+
+def test_a_failed_pip_install_says_what_to_do(monkeypatch):
+    import subprocess
+
+    def fail(*args, **kwargs):
+        raise subprocess.CalledProcessError(1, args[0])
+
+    monkeypatch.setattr(runtime.subprocess, "check_call", fail)
+    with pytest.raises(runtime.TPUUnusableError, match="Internet"):
+        runtime._pip("pip install tensorflow-tpu==2.19.1")
+
+
+def test_colab_without_tensorflow_or_hints_is_told_the_route(monkeypatch):
+    _fake(monkeypatch, platform="colab", python="3.13", installed={}, hints=())
+    with pytest.raises(ModuleNotFoundError) as err:
+        runtime.ensure_tensorflow()
+    assert "tensorflow-tpu==2.20.0 libtpu==0.0.14" in str(err.value)
+    assert "pip install tensorflow." in str(err.value)
