@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 
 # Set in the restarted process, so that it never installs a second time.
 RESTARTED_ENV = "TPU_FIELD_GUIDE_SELF_TEST_RESTARTED"
@@ -127,6 +128,8 @@ def main(argv: list[str] | None = None, plan=None) -> int:
         print(f"\nReport written to {md} and {js}")
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow's first import
+    # Keras warns on every fit with a tf.data input that its shuffle argument is ignored.
+    warnings.filterwarnings("ignore", message=".*shuffle=True.* was passed", category=UserWarning)
     import tensorflow as tf
 
     from helpers import selftest
