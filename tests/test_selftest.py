@@ -262,6 +262,11 @@ def test_a_check_over_its_budget_keeps_its_status_with_a_note():
     assert any("over its budget" in note for note in result.checks[0].notes)
 
 
+def test_a_check_that_returns_no_outcome_fails_with_what_it_returned():
+    result = selftest.run(plan=_plan(lambda c: None), progress=None)
+    assert result.checks[0].status == "fail" and "returned None" in result.checks[0].error
+
+
 def test_checks_that_need_the_strategy_fail_with_the_reason_when_connect_did_not_run():
     result = selftest.run(plan=_plan(lambda c: c.need_strategy()), progress=None)
     assert result.checks[0].status == "fail" and "connect check failed" in result.checks[0].error

@@ -51,7 +51,7 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "recipes",
         "Classic Keras recipe vs the collection's",
         "03, 06",
-        (20, 45),
+        (20, 60),
         speed.keras_recipes,
     ),
 )

@@ -127,8 +127,9 @@ def describe_error(err: BaseException, limit: int = 600) -> str:
         text = text[:limit] + " ..."
     where = ""
     frames = traceback.extract_tb(err.__traceback__)
-    if frames:
-        last = frames[-1]
+    ours = [f for f in frames if "site-packages" not in f.filename]
+    if frames:  # the deepest frame outside installed libraries says more than one in TensorFlow
+        last = (ours or frames)[-1]
         where = f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
     return f"{type(err).__name__}: {text}{where}"
 
@@ -172,8 +173,12 @@ def run_check(check: Check, context: Context) -> CheckResult:
                 "in the background, so the timings of later checks may be disturbed"
             ),
         )
-    if "error" in box or "outcome" not in box:
-        err = box.get("error") or RuntimeError("the check ended without a result (SystemExit?)")
+    if "error" not in box and "outcome" not in box:
+        box["error"] = RuntimeError("the check stopped without a result (SystemExit?)")
+    elif "error" not in box and not isinstance(box["outcome"], Outcome):
+        box["error"] = TypeError(f"the check returned {box['outcome']!r}, not an Outcome")
+    if "error" in box:
+        err = box["error"]
         return CheckResult(
             **base,
             status="fail",

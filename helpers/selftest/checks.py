@@ -57,9 +57,8 @@ def connect(context: Context) -> Outcome:
     }
     hints = runtime.tpu_hints()
     if hints and info.kind != "TPU":
-        return Outcome(
-            "fail", f"TPU hardware present ({', '.join(hints)}) but the strategy is {info.kind}"
-        )
+        summary = f"TPU hardware present ({', '.join(hints)}) but the strategy is {info.kind}"
+        return Outcome("fail", summary, evidence)
     if info.kind == SIMULATED_TPU and info.replicas != context.simulated_replicas:
         return Outcome(
             "fail",
