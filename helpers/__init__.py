@@ -12,6 +12,7 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``checkpoints`` and ``preemption``: saving, restoring and surviving a kill (08)
 - ``multiworker``: several worker processes on one machine (09)
 - ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
+- ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)
 - ``models``, ``results``, ``plots``, ``checks``, ``timing``: small shared pieces
 
 TensorFlow is imported lazily, so ``import helpers`` works even where TensorFlow is missing

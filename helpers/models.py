@@ -17,6 +17,7 @@ def build_classifier(
     l2: float = 0.0,
     name: str = "classifier",
     dtype=None,
+    input_dtype: str = "float32",
 ):
     """A multilayer perceptron from images to class **logits** (no softmax).
 
@@ -27,13 +28,22 @@ def build_classifier(
     training loop must scale per replica (notebook 04). ``dtype`` is the dtype policy of the
     hidden layers, e.g. ``"mixed_bfloat16"``; None follows Keras' global policy. Set per model,
     it leaves the notebook's other models unchanged (notebook 05).
+
+    ``input_dtype="uint8"`` takes raw 8-bit pixels and scales them to [0, 1] in the model's first
+    layer, so the host ships a quarter of the bytes of float32 images and the cast runs on the
+    accelerator (the TPU self-test's recipe, notebook 00).
     """
     import keras
 
     init = keras.initializers.GlorotUniform
     reg = keras.regularizers.L2(l2) if l2 else None
-    inputs = keras.Input(shape=image_shape, name="images")
-    x = keras.layers.Flatten(dtype=dtype)(inputs)
+    inputs = keras.Input(shape=image_shape, dtype=input_dtype, name="images")
+    x = inputs
+    if input_dtype == "uint8":
+        x = keras.layers.Rescaling(1 / 255, dtype=dtype, name="to_unit_range")(x)
+    elif input_dtype != "float32":
+        raise ValueError(f"input_dtype must be 'float32' or 'uint8', got {input_dtype!r}")
+    x = keras.layers.Flatten(dtype=dtype)(x)
     x = keras.layers.Dense(
         hidden,
         activation="relu",

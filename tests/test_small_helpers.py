@@ -100,6 +100,16 @@ def test_classifier_outputs_float32_logits_and_is_reproducible():
     assert a.get_layer("hidden").units % 128 == 0
 
 
+def test_classifier_on_uint8_pixels_scales_them_in_the_model():
+    pixels = np.random.default_rng(1).integers(0, 256, (4, 8, 8, 1)).astype(np.uint8)
+    raw = models.build_classifier((8, 8, 1), seed=3, input_dtype="uint8")
+    scaled = models.build_classifier((8, 8, 1), seed=3)
+    assert raw.inputs[0].dtype == "uint8"
+    np.testing.assert_allclose(raw(pixels), scaled(pixels.astype(np.float32) / 255), atol=1e-6)
+    with pytest.raises(ValueError, match="input_dtype"):
+        models.build_classifier((8, 8, 1), input_dtype="int32")
+
+
 def test_expect_error_shortens_long_messages(capsys):
     with checks.expect_error(RuntimeError):
         raise RuntimeError("\n".join(f"line {i}" for i in range(20)))

@@ -1,0 +1,120 @@
+"""The TPU self-test: one command that checks what the lessons teach and writes a shareable
+report (notebook 00).
+
+    python -m helpers.selftest [--out DIR] [--smoke] [--simulated-replicas N]
+
+or, in a notebook::
+
+    from helpers import selftest
+
+    report = selftest.run(smoke=False)
+    report              # rendered Markdown
+    report.write(".")   # tpu-self-test.md and tpu-self-test.json
+
+Each check is a short, real run of one lesson with its evidence, isolated from the others (an
+exception fails that check only) and given a time budget. The modules: ``base`` (checks and how
+they run), ``environment`` (the report's first section), ``checks`` (correctness, notebooks 01
+to 08), ``speed`` (throughput and rates, 03, 05, 06), ``report`` (Markdown and JSON) and ``cli``
+(the command, which can install TensorFlow's TPU build and start itself again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable, Sequence
+
+from helpers.selftest import checks, environment, speed
+from helpers.selftest.base import Check, CheckResult, Context, Outcome, run_check
+from helpers.selftest.report import Report, standard_notes
+
+# (smoke, full) budgets in seconds: full mode is sized to about 3 minutes on one v5e core.
+DEFAULT_CHECKS: tuple[Check, ...] = (
+    Check("connect", "Connect to the accelerator", "01", (30, 120), checks.connect),
+    Check("variables", "Variables on every replica", "02", (5, 10), checks.variables),
+    Check("fit", "A few fit steps", "03", (15, 30), checks.fit),
+    Check(
+        "replica_equivalence",
+        "Custom loop: N replicas match one",
+        "04",
+        (15, 30),
+        checks.replica_equivalence,
+    ),
+    Check("bfloat16", "bfloat16 matmul", "05", (5, 10), checks.bfloat16_matmul),
+    Check("input_pipeline", "Input pipeline throughput", "06", (10, 20), speed.input_pipeline),
+    Check("checkpoint", "Checkpoint restored onto one device", "08", (10, 15), checks.checkpoint),
+    Check(
+        "matmul_rate", "Matmul rate against the published peak", "05", (10, 15), speed.matmul_rate
+    ),
+    Check(
+        "recipes",
+        "Classic Keras recipe vs the collection's",
+        "03, 06",
+        (20, 60),
+        speed.keras_recipes,
+    ),
+)
+
+
+def default_checks() -> list[Check]:
+    return list(DEFAULT_CHECKS)
+
+
+def replace_check(plan: Sequence[Check], key: str, fn: Callable[[Context], Outcome]) -> list[Check]:
+    """``plan`` with the function of check ``key`` replaced, e.g. to plant a failure in a test."""
+    if key not in {c.key for c in plan}:
+        raise KeyError(f"no check {key!r}; the checks are {[c.key for c in plan]}")
+    return [dataclasses.replace(c, fn=fn) if c.key == key else c for c in plan]
+
+
+def run(
+    *,
+    smoke: bool = False,
+    simulated_replicas: int = 8,
+    plan: Sequence[Check] | None = None,
+    progress: Callable[[str], None] | None = print,
+    command: str = "",
+) -> Report:
+    """Run every check of ``plan`` (default :data:`DEFAULT_CHECKS`) in order; return the report.
+
+    The first check connects (``helpers.connect(simulated_replicas)``); the environment section
+    is collected after it, so it names the strategy. ``progress`` receives one line per check
+    as it starts and ends (None: silent). Nothing raises: a failing check is in the report.
+    """
+    plan = list(plan if plan is not None else DEFAULT_CHECKS)
+    say = progress or (lambda line: None)
+    context = Context(smoke=smoke, simulated_replicas=simulated_replicas)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    results: list[CheckResult] = []
+    try:
+        for i, check in enumerate(plan, 1):
+            say(f"[{i}/{len(plan)}] {check.title} (notebook {check.notebook}) ...")
+            result = run_check(check, context)
+            results.append(result)
+            say(f"      {result.status} in {result.seconds:.1f} s: {result.summary}")
+    finally:
+        shutil.rmtree(context.workdir, ignore_errors=True)
+    return Report(
+        environment=environment.collect(context.strategy, context.kind),
+        checks=results,
+        mode="smoke" if smoke else "full",
+        seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu_started,
+        created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        command=command,
+        notes=standard_notes(context.on_tpu),
+    )
+
+
+__all__ = [
+    "DEFAULT_CHECKS",
+    "Check",
+    "CheckResult",
+    "Context",
+    "Outcome",
+    "Report",
+    "default_checks",
+    "replace_check",
+    "run",
+]

@@ -1,0 +1,7 @@
+"""``python -m helpers.selftest``: see :mod:`helpers.selftest.cli` (notebook 00)."""
+
+import sys
+
+from helpers.selftest.cli import main
+
+sys.exit(main())

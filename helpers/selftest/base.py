@@ -1,0 +1,205 @@
+"""The machinery of the TPU self-test (notebook 00): what a check is, what it returns, and how
+each one runs isolated, within a time limit, so that one broken check never hides the others.
+
+A check is a function ``fn(context) -> Outcome``. It raises to fail (the error becomes the
+check's evidence) or returns an :class:`Outcome` whose status is ``pass``, ``fail`` or ``info``
+(measured, with no pass criterion on this hardware, e.g. a TPU's peak rate on a CPU).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STATUSES = ("pass", "fail", "info")
+
+# A check that runs past HARD_LIMIT_FACTOR x its budget + HARD_LIMIT_GRACE seconds is reported as
+# failed and left behind, so a hung TPU compile cannot stop the report from being written.
+HARD_LIMIT_FACTOR = 3.0
+HARD_LIMIT_GRACE = 30.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a check found: a status, a one-line summary and its evidence (numbers, names)."""
+
+    status: str
+    summary: str
+    evidence: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of the self-test: its key, title, the notebook that teaches it, its budget."""
+
+    key: str
+    title: str
+    notebook: str
+    budget: tuple[float, float]  # seconds in smoke mode, in full mode
+    fn: Callable[[Context], Outcome]
+
+
+@dataclass
+class CheckResult:
+    """A check after it ran: its outcome, or the error that failed it, and how long it took."""
+
+    key: str
+    title: str
+    notebook: str
+    status: str
+    summary: str
+    evidence: dict
+    seconds: float
+    budget_seconds: float
+    error: str = ""
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "key": self.key,
+            "title": self.title,
+            "notebook": self.notebook,
+            "status": self.status,
+            "summary": self.summary,
+            "evidence": self.evidence,
+            "seconds": round(self.seconds, 2),
+            "budget_seconds": self.budget_seconds,
+            "error": self.error,
+            "notes": list(self.notes),
+        }
+
+
+class NoStrategy(RuntimeError):
+    """A check needs the strategy, and the connect check did not produce one."""
+
+
+@dataclass
+class Context:
+    """What the checks share: the mode, the strategy once connected, a scratch folder."""
+
+    smoke: bool = False
+    simulated_replicas: int = 8
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tpu-self-test-")))
+    strategy: object = None
+    kind: str = ""
+    _images: object = None
+
+    def size(self, smoke, full):
+        """``smoke`` in smoke mode, else ``full``: how much work a check does."""
+        return smoke if self.smoke else full
+
+    def need_strategy(self):
+        if self.strategy is None:
+            raise NoStrategy("not run: there is no strategy (the connect check failed)")
+        return self.strategy
+
+    @property
+    def replicas(self) -> int:
+        return self.need_strategy().num_replicas_in_sync
+
+    @property
+    def on_tpu(self) -> bool:
+        return self.kind == "TPU"
+
+    def images(self):
+        """scikit-learn's bundled digits: real images that need no network (notebook 01)."""
+        if self._images is None:
+            from helpers import data
+
+            self._images = data.load_images("digits")
+        return self._images
+
+
+def describe_error(err: BaseException, limit: int = 600) -> str:
+    """``Type: message`` (cut to ``limit`` characters) and where in the code it was raised."""
+    text = str(err).strip()
+    if len(text) > limit:
+        text = text[:limit] + " ..."
+    where = ""
+    frames = traceback.extract_tb(err.__traceback__)
+    ours = [f for f in frames if "site-packages" not in f.filename]
+    if frames:  # the deepest frame outside installed libraries says more than one in TensorFlow
+        last = (ours or frames)[-1]
+        where = f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
+    return f"{type(err).__name__}: {text}{where}"
+
+
+def hard_limit(budget: float) -> float:
+    return HARD_LIMIT_FACTOR * budget + HARD_LIMIT_GRACE
+
+
+def run_check(check: Check, context: Context) -> CheckResult:
+    """Run one check in a thread of its own; never raise.
+
+    An exception becomes a failed check with the error as its evidence. A check still running
+    at :func:`hard_limit` of its budget is reported as failed and abandoned (Python cannot stop
+    a thread, so its work may go on in the background; the report says so).
+    """
+    budget = check.budget[0] if context.smoke else check.budget[1]
+    box: dict = {}
+
+    def target():
+        try:
+            box["outcome"] = check.fn(context)
+        except Exception as err:  # every failure must become evidence, never stop the others
+            box["error"] = err
+
+    thread = threading.Thread(target=target, name=f"self-test-{check.key}", daemon=True)
+    start = time.perf_counter()
+    thread.start()
+    thread.join(hard_limit(budget))
+    seconds = time.perf_counter() - start
+    base = {"key": check.key, "title": check.title, "notebook": check.notebook}
+    if thread.is_alive():
+        return CheckResult(
+            **base,
+            status="fail",
+            summary=f"did not finish within {hard_limit(budget):.0f} s",
+            evidence={"budget_seconds": budget},
+            seconds=seconds,
+            budget_seconds=budget,
+            error=(
+                f"still running after {seconds:.0f} s (budget {budget:g} s); it was left running "
+                "in the background, so the timings of later checks may be disturbed"
+            ),
+        )
+    if "error" not in box and "outcome" not in box:
+        box["error"] = RuntimeError("the check stopped without a result (SystemExit?)")
+    elif "error" not in box and not isinstance(box["outcome"], Outcome):
+        box["error"] = TypeError(f"the check returned {box['outcome']!r}, not an Outcome")
+    if "error" in box:
+        err = box["error"]
+        return CheckResult(
+            **base,
+            status="fail",
+            summary=str(err).strip().splitlines()[0][:200]
+            if str(err).strip()
+            else type(err).__name__,
+            evidence={},
+            seconds=seconds,
+            budget_seconds=budget,
+            error=describe_error(err),
+        )
+    outcome: Outcome = box["outcome"]
+    notes = outcome.notes
+    if seconds > budget:
+        notes = (*notes, f"took {seconds:.1f} s, over its budget of {budget:g} s")
+    return CheckResult(
+        **base,
+        status=outcome.status,
+        summary=outcome.summary,
+        evidence=outcome.evidence,
+        seconds=seconds,
+        budget_seconds=budget,
+        notes=notes,
+    )

@@ -1,0 +1,191 @@
+"""The TPU self-test's report: Markdown for a person, JSON for a machine (notebook 00).
+
+Both hold the same sections: a summary, the environment, one row per check, and each check's
+evidence. The JSON's ``schema`` names its layout, so a tool reading reports attached to issues
+can tell versions apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helpers.selftest.base import STATUSES, CheckResult
+from helpers.selftest.environment import LABELS
+
+SCHEMA = "tpu-field-guide/self-test/1"
+FILE_STEM = "tpu-self-test"
+SECTIONS = ("Summary", "Environment", "Checks", "Evidence", "About this report")
+ISSUE_TEMPLATE = "TPU report"
+
+
+def plain(value):
+    """numpy and TensorFlow values -> JSON-ready Python (floats rounded to 6 significant digits)."""
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)  # JSON has no NaN or infinity
+        return float(f"{value:.6g}")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def _text(value) -> str:
+    """One value as Markdown table text."""
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_text(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        items = [_text(v) for v in value]
+        if len(items) > 4:
+            items = [*items[:2], "...", items[-1]]
+        return ", ".join(items) if items else "none"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _cell(value) -> str:
+    return _text(value).replace("|", "\\|").replace("\n", " ")
+
+
+@dataclass
+class Report:
+    """What :func:`helpers.selftest.run` found; ``markdown()``, ``to_json()``, ``write(folder)``."""
+
+    environment: dict
+    checks: list[CheckResult]
+    mode: str
+    seconds: float
+    created: str
+    command: str = ""
+    notes: list[str] = field(default_factory=list)
+    cpu_seconds: float | None = None  # CPU time of the process: wall time above it means waiting
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {status: sum(c.status == status for c in self.checks) for status in STATUSES}
+
+    @property
+    def passed(self) -> bool:
+        """True when no check failed (``info`` counts as not failed)."""
+        return bool(self.checks) and self.counts["fail"] == 0
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    def check(self, key: str) -> CheckResult:
+        for result in self.checks:
+            if result.key == key:
+                return result
+        raise KeyError(f"no check {key!r} in this report; it has {[c.key for c in self.checks]}")
+
+    def to_dict(self) -> dict:
+        return plain(
+            {
+                "schema": SCHEMA,
+                "created": self.created,
+                "mode": self.mode,
+                "command": self.command,
+                "seconds": round(self.seconds, 1),
+                "cpu_seconds": None if self.cpu_seconds is None else round(self.cpu_seconds, 1),
+                "passed": self.passed,
+                "summary": self.counts,
+                "environment": self.environment,
+                "checks": [c.to_dict() for c in self.checks],
+                "notes": self.notes,
+            }
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def headline(self) -> str:
+        counts = self.counts
+        verdict = "PASSED" if self.passed else "FAILED"
+        cpu = "" if self.cpu_seconds is None else f" ({self.cpu_seconds:.0f} s of CPU)"
+        return (
+            f"**{verdict}**: {counts['pass']} passed, {counts['fail']} failed, {counts['info']} "
+            f"for information ({self.mode} mode, {self.seconds:.0f} s{cpu}, {self.created})"
+        )
+
+    def markdown(self) -> str:
+        lines = ["# TPU self-test report", "", "## Summary", "", self.headline()]
+        if self.command:
+            lines += ["", f"Command: `{self.command}`"]
+        lines += ["", "## Environment", "", "| item | value |", "|---|---|"]
+        for key, value in self.environment.items():
+            lines.append(f"| {LABELS.get(key, key)} | {_cell(value)} |")
+        lines += [
+            "",
+            "## Checks",
+            "",
+            "| # | check | notebook | result | summary | seconds |",
+            "|---:|---|---|---|---|---:|",
+        ]
+        for i, c in enumerate(self.checks, 1):
+            result = f"**{c.status.upper()}**" if c.status == "fail" else c.status
+            lines.append(
+                f"| {i} | {c.title} | {c.notebook} | {result} | {_cell(c.summary)} | "
+                f"{c.seconds:.1f} |"
+            )
+        lines += ["", "## Evidence"]
+        for i, c in enumerate(self.checks, 1):
+            lines += ["", f"### {i}. {c.title} (notebook {c.notebook}): {c.status}", ""]
+            if c.error:
+                lines.append(f"- error: `{c.error}`")
+            lines += [f"- {key}: {_text(value)}" for key, value in c.evidence.items()]
+            lines += [f"- note: {note}" for note in c.notes]
+            if not (c.error or c.evidence or c.notes):
+                lines.append("- (no evidence recorded)")
+        lines += ["", "## About this report", ""]
+        lines += [f"- {note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def _repr_markdown_(self) -> str:  # Jupyter shows the report rendered
+        return self.markdown()
+
+    def write(self, folder: str | Path = ".") -> tuple[Path, Path]:
+        """Write ``tpu-self-test.md`` and ``tpu-self-test.json`` into ``folder``; return both."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        md, js = folder / f"{FILE_STEM}.md", folder / f"{FILE_STEM}.json"
+        md.write_text(self.markdown(), encoding="utf-8")
+        js.write_text(self.to_json(), encoding="utf-8")
+        return md, js
+
+
+def standard_notes(on_tpu: bool) -> list[str]:
+    """The "About this report" lines every report carries."""
+    notes = [
+        "Statuses: pass and fail have a criterion on this hardware; info is measured with no "
+        "criterion here (e.g. a TPU's peak rate on a CPU).",
+        "Each check is a short real run of a lesson; the notebook column names it.",
+        f"To share it, attach {FILE_STEM}.json to an issue opened with the repository's "
+        f'"{ISSUE_TEMPLATE}" issue template.',
+    ]
+    if on_tpu:
+        notes.append(
+            "The published peaks, the thresholds of the speed checks and the tolerances on the "
+            "TPU are unverified on hardware by this project: this report is how they get checked."
+        )
+    else:
+        notes.append(
+            "This run had no TPU: speed numbers describe this machine, not a TPU. Checks run "
+            "against the simulated TPU (logical CPU devices) prove the multi-replica code paths."
+        )
+    return notes

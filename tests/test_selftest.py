@@ -1,0 +1,449 @@
+"""helpers.selftest: the TPU self-test runs on the simulated TPU and reports what it found.
+
+Two runs of the real self-test, in smoke mode on 8 simulated replicas, each in a fresh process
+(TensorFlow fixes its devices when it starts): the command as a user types it, and the same
+checks with a planted failure, the per-replica mean loss that notebook 04 warns about, in the
+custom loop. The report's content is checked, not only that it was written. The rest are fast
+tests of the machinery, the environment section and the command's install branch (pip and exec
+replaced, nothing installed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import routes, runtime, selftest
+from helpers.readiness import tpu_facts
+from helpers.selftest import base, cli, environment, report
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = [c.key for c in selftest.DEFAULT_CHECKS]
+TPU_MARKERS = (
+    *runtime.TPU_ENV_HINTS,
+    "COLAB_RELEASE_TAG",
+    "COLAB_GPU",
+    "KAGGLE_KERNEL_RUN_TYPE",
+    "KAGGLE_URL_BASE",
+    cli.RESTARTED_ENV,
+)
+
+PLANTED = """
+import functools
+import sys
+
+import tensorflow as tf
+
+from helpers import loops, selftest
+from helpers.selftest import checks, cli
+
+
+def per_replica_mean(per_example, global_batch_size):
+    return tf.reduce_mean(per_example)  # the bug notebook 04 shows: ignores the global batch
+
+
+broken = functools.partial(loops.make_train_steps, average_loss=per_replica_mean)
+plan = selftest.replace_check(
+    selftest.DEFAULT_CHECKS,
+    "replica_equivalence",
+    functools.partial(checks.replica_equivalence, make_steps=broken),
+)
+sys.exit(cli.main(sys.argv[1:], plan=plan))
+"""
+
+
+def _child_env(cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in TPU_MARKERS}
+    # No install route recorded for this interpreter: the report must say "none recorded".
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore", XDG_CACHE_HOME=str(cache))
+    return env
+
+
+def _run(tmp_path_factory, name: str, command: list[str]) -> dict:
+    out = tmp_path_factory.mktemp(name)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [*command, "--smoke", "--simulated-replicas", "8", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=_child_env(out / "cache"),
+    )
+    seconds = time.perf_counter() - start
+    json_path, md_path = out / "tpu-self-test.json", out / "tpu-self-test.md"
+    if not json_path.exists() or not md_path.exists():
+        pytest.fail(f"no report written ({proc.returncode})\n{proc.stdout}\n{proc.stderr[-4000:]}")
+    print(f"{name}: {seconds:.1f} s")
+    return {
+        "proc": proc,
+        "json": json.loads(json_path.read_text()),
+        "markdown": md_path.read_text(),
+        "seconds": seconds,
+    }
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """``python -m helpers.selftest --smoke``, as CI and a user run it."""
+    return _run(tmp_path_factory, "clean", [sys.executable, "-m", "helpers.selftest"])
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The same command with a broken custom loop in the replica equivalence check."""
+    return _run(tmp_path_factory, "planted", [sys.executable, "-c", textwrap.dedent(PLANTED)])
+
+
+def _checks(run) -> dict:
+    return {c["key"]: c for c in run["json"]["checks"]}
+
+
+# --- The real run on the simulated TPU ---------------------------------------------------------
+
+
+def test_the_command_passes_shows_progress_and_prints_the_report(clean):
+    proc = clean["proc"]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for i in range(1, len(KEYS) + 1):
+        assert f"[{i}/{len(KEYS)}]" in proc.stdout
+    assert "# TPU self-test report" in proc.stdout and "Report written to" in proc.stdout
+
+
+def test_json_has_every_section_and_every_check_in_order(clean):
+    data = clean["json"]
+    assert data["schema"] == report.SCHEMA and data["mode"] == "smoke" and data["passed"] is True
+    assert set(data) >= {"created", "command", "seconds", "summary", "environment", "checks"}
+    assert [c["key"] for c in data["checks"]] == KEYS
+    assert sum(data["summary"].values()) == len(KEYS) and data["summary"]["fail"] == 0
+    for check in data["checks"]:
+        assert check["status"] in ("pass", "info"), check
+        assert check["evidence"] and check["summary"] and not check["error"], check
+        assert check["notebook"] and check["budget_seconds"] > 0
+
+
+def test_markdown_has_every_section_check_and_environment_row(clean):
+    md = clean["markdown"]
+    for section in report.SECTIONS:
+        assert f"\n## {section}\n" in md, section
+    for check in selftest.DEFAULT_CHECKS:
+        assert f"| {check.title} | {check.notebook} |" in md
+        assert f"{check.title} (notebook {check.notebook}):" in md
+    for label in environment.LABELS.values():
+        assert f"| {label} |" in md
+    assert "**PASSED**" in md and "TPU report" in md
+
+
+def test_environment_names_the_simulated_tpu_and_the_versions(clean):
+    env = clean["json"]["environment"]
+    assert list(env) == list(environment.LABELS)
+    assert env["strategy"] == "simulated TPU" and env["replicas"] == 8 and len(env["devices"]) == 8
+    assert env["tpu_hints"] == [] and env["tpu_generation"] == "none"
+    assert "simulated TPU of 8 logical CPU devices" in env["accelerator_type"]
+    name, version = runtime.tensorflow_distribution()
+    assert env["tensorflow"] == f"{name} {version}"
+    assert env["python"].startswith(".".join(map(str, sys.version_info[:3])))
+    assert env["keras"] not in ("", "not installed") and env["libtpu"] == "not installed"
+    assert env["install_route_taken"] == "none recorded"
+    assert "tensorflow-tpu" in env["install_route_for_platform"]
+
+
+def test_each_check_carries_the_evidence_of_its_lesson(clean):
+    c = _checks(clean)
+    assert c["connect"]["evidence"]["replicas"] == 8
+    variables = c["variables"]["evidence"]
+    assert variables["copies"] == variables["distinct_devices"] == 8
+    assert variables["replica_ids_seen"] == list(range(8))
+    fit = c["fit"]["evidence"]
+    assert fit["running_mean_losses"][-1] < fit["running_mean_losses"][0]
+    assert fit["loss_gap"] <= fit["loss_gap_tolerance"]
+    same = c["replica_equivalence"]["evidence"]
+    assert same["replicas"] == 8 and same["max_weight_difference"] <= same["tolerance"]
+    bf16 = c["bfloat16"]["evidence"]
+    assert bf16["output_dtype"] == "bfloat16"
+    assert 0 < bf16["bfloat16_relative_error"] <= bf16["bfloat16_epsilon"]
+    pipe = c["input_pipeline"]["evidence"]
+    assert None not in pipe["batch_shape"] and pipe["examples_per_second"] > 0
+    ckpt = c["checkpoint"]["evidence"]
+    assert ckpt["weights_after_restore_max_difference"] == 0
+    assert ckpt["weights_before_restore_max_difference"] > 0
+    # On a CPU the speed checks measure and say so, without a verdict.
+    assert c["matmul_rate"]["status"] == "info" and c["matmul_rate"]["evidence"]["tflops_total"] > 0
+    recipes = c["recipes"]
+    assert recipes["status"] == "info"
+    rates = recipes["evidence"]["examples_per_second"]
+    assert set(rates) == {"classic", "collection"} and min(rates.values()) > 0
+    assert math.isclose(
+        recipes["evidence"]["speedup"], rates["collection"] / rates["classic"], rel_tol=0.01
+    )
+
+
+# --- A planted failure -------------------------------------------------------------------------
+
+
+def test_a_planted_replica_mismatch_fails_its_check_with_evidence(planted):
+    assert planted["proc"].returncode == 1, planted["proc"].stderr[-4000:]
+    check = _checks(planted)["replica_equivalence"]
+    assert check["status"] == "fail" and "DIFFERENT weights" in check["summary"]
+    evidence = check["evidence"]
+    assert evidence["max_weight_difference"] > evidence["tolerance"] > 0
+    assert planted["json"]["passed"] is False and planted["json"]["summary"]["fail"] == 1
+
+
+def test_the_other_checks_still_ran_beside_the_planted_failure(planted):
+    checks = _checks(planted)
+    assert list(checks) == KEYS
+    for key, check in checks.items():
+        if key != "replica_equivalence":
+            assert check["status"] in ("pass", "info") and check["evidence"], check
+    md = planted["markdown"]
+    assert "**FAILED**" in md and "| Custom loop: N replicas match one | 04 | **FAIL** |" in md
+
+
+# --- The machinery, without TensorFlow ---------------------------------------------------------
+
+
+def _plan(*fns, budget=(5, 5)):
+    return [base.Check(f"c{i}", f"check {i}", "00", budget, fn) for i, fn in enumerate(fns)]
+
+
+def _boom(context):
+    raise ValueError("boom")
+
+
+def test_an_exception_fails_only_its_own_check(monkeypatch):
+    monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+    lines = []
+    result = selftest.run(
+        plan=_plan(
+            lambda c: base.Outcome("info", "measured", {"x": 1}),
+            _boom,
+            lambda c: base.Outcome("pass", "fine", {"y": 2}),
+        ),
+        progress=lines.append,
+    )
+    assert [c.status for c in result.checks] == ["info", "fail", "pass"]
+    failed = result.checks[1]
+    assert failed.summary == "boom" and failed.error.startswith("ValueError: boom")
+    assert "test_selftest.py" in failed.error  # where it was raised
+    assert not result.passed and result.failed == [failed]
+    assert lines[0] == "[1/3] check 0 (notebook 00) ..." and "fail in" in lines[3]
+
+
+def test_a_check_past_its_hard_limit_fails_and_the_next_one_runs(monkeypatch):
+    monkeypatch.setattr(base, "HARD_LIMIT_FACTOR", 1.0)
+    monkeypatch.setattr(base, "HARD_LIMIT_GRACE", 0.0)
+    slow = base.Check("slow", "slow", "00", (0.2, 0.2), lambda c: time.sleep(2))
+    fast = base.Check("fast", "fast", "00", (0.2, 0.2), lambda c: base.Outcome("pass", "ok"))
+    start = time.perf_counter()
+    result = selftest.run(plan=[slow, fast], progress=None)
+    assert time.perf_counter() - start < 1.5
+    assert result.checks[0].status == "fail" and "did not finish" in result.checks[0].summary
+    assert "left running" in result.checks[0].error
+    assert result.checks[1].status == "pass"
+
+
+def test_a_check_over_its_budget_keeps_its_status_with_a_note():
+    def slow(context):
+        time.sleep(0.3)
+        return base.Outcome("pass", "ok")
+
+    result = selftest.run(plan=_plan(slow, budget=(0.1, 0.1)), progress=None)
+    assert result.checks[0].status == "pass"
+    assert any("over its budget" in note for note in result.checks[0].notes)
+
+
+def test_a_check_that_returns_no_outcome_fails_with_what_it_returned():
+    result = selftest.run(plan=_plan(lambda c: None), progress=None)
+    assert result.checks[0].status == "fail" and "returned None" in result.checks[0].error
+
+
+def test_checks_that_need_the_strategy_fail_with_the_reason_when_connect_did_not_run():
+    result = selftest.run(plan=_plan(lambda c: c.need_strategy()), progress=None)
+    assert result.checks[0].status == "fail" and "connect check failed" in result.checks[0].error
+
+
+def test_outcome_and_plan_reject_what_does_not_exist():
+    with pytest.raises(ValueError, match="status"):
+        base.Outcome("ok", "")
+    with pytest.raises(KeyError, match="no check 'nope'"):
+        selftest.replace_check(selftest.DEFAULT_CHECKS, "nope", _boom)
+    assert len({c.key for c in selftest.DEFAULT_CHECKS}) == len(selftest.DEFAULT_CHECKS)
+
+
+def test_report_json_is_plain_and_markdown_escapes_table_cells(tmp_path):
+    result = base.CheckResult(
+        key="k",
+        title="a | b",
+        notebook="00",
+        status="info",
+        summary="x | y",
+        evidence={"rate": np.float32(1.5), "nan": float("nan"), "shape": np.array([2, 3])},
+        seconds=0.5,
+        budget_seconds=1,
+    )
+    rep = report.Report({"platform": "local"}, [result], "smoke", 1.0, "now", notes=["n"])
+    data = json.loads(rep.to_json())
+    assert data["checks"][0]["evidence"] == {"rate": 1.5, "nan": "nan", "shape": [2, 3]}
+    assert "x \\| y" in rep.markdown() and rep._repr_markdown_() == rep.markdown()
+    md, js = rep.write(tmp_path / "out")
+    assert md.read_text() == rep.markdown() and json.loads(js.read_text()) == data
+    assert rep.check("k") is result
+    with pytest.raises(KeyError):
+        rep.check("missing")
+
+
+# --- Environment facts -------------------------------------------------------------------------
+
+
+def test_published_peaks_are_one_table_labelled_unverified():
+    peaks = {
+        g.name: (g.peak_bf16_tflops, g.devices_per_chip) for g in tpu_facts.GENERATIONS.values()
+    }
+    assert peaks == {
+        "v2": (45, 2),
+        "v3": (123, 2),
+        "v4": (275, 1),
+        "v5e": (197, 1),
+        "v5p": (459, 1),
+        "v6e": (918, 1),
+    }
+    for generation in tpu_facts.GENERATIONS.values():
+        assert not generation.verified_on_hardware and generation.source
+        assert "unverified on hardware" in generation.label()
+
+
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ("v5litepod-8", "v5e"),
+        ("v5e-1", "v5e"),
+        ("v3-8", "v3"),
+        ("v4-16", "v4"),
+        ("v5p-8", "v5p"),
+        ("v6e-4", "v6e"),
+        ("TPU v5 lite", "v5e"),
+        ("TPU v6 lite", "v6e"),
+        ("none: a simulated TPU", None),
+        (None, None),
+    ],
+)
+def test_generation_from_accelerator_type_or_device_kind(text, name):
+    found = tpu_facts.generation_of(text)
+    assert (found.name if found else None) == name
+
+
+def test_accelerator_type_comes_from_the_environment_or_the_platform_facts(no_tpu_env):
+    no_tpu_env.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")
+    assert environment.accelerator("TPU", 8)[0] == "v5litepod-8"
+    assert environment.tpu_generation("TPU", 8).name == "v5e"
+    no_tpu_env.delenv("TPU_ACCELERATOR_TYPE")
+    no_tpu_env.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    no_tpu_env.setenv("ISTPUVM", "1")
+    kind, source = environment.accelerator("", None)
+    assert kind == "TPU v5e-8 (8 TPU cores)" and "unverified on hardware" in source
+    no_tpu_env.delenv("ISTPUVM")
+    no_tpu_env.delenv("KAGGLE_KERNEL_RUN_TYPE")
+    assert environment.accelerator("simulated TPU", 8)[0].endswith("8 logical CPU devices")
+    assert environment.tpu_generation("simulated TPU", 8) is None
+
+
+def test_environment_without_tensorflow_started_names_the_routes(no_tpu_env, monkeypatch):
+    monkeypatch.setattr(routes, "python_version", lambda version_info=None: "3.14")
+    env = environment.collect()
+    assert env["strategy"] == "none (not connected)" and env["replicas"] is None
+    assert (
+        "No TPU build of TensorFlow has a wheel for Python 3.14"
+        in env["install_route_for_platform"]
+    )
+
+
+# --- The command's install branch (pip and exec replaced) --------------------------------------
+
+
+class Restarted(Exception):
+    pass
+
+
+@pytest.fixture
+def tpu_host(no_tpu_env, monkeypatch, tmp_path):
+    """A Kaggle TPU VM as the environment shows it, with this (CPU-only) TensorFlow."""
+    no_tpu_env.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    no_tpu_env.setenv("ISTPUVM", "1")
+    no_tpu_env.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # Set, then removed: the monkeypatch then undoes what the command itself sets.
+    no_tpu_env.setenv(cli.RESTARTED_ENV, "")
+    no_tpu_env.delenv(cli.RESTARTED_ENV)
+    calls = {"pip": [], "exec": []}
+    monkeypatch.setattr(runtime, "_pip", calls["pip"].append)
+
+    def fake_exec(path, args):
+        calls["exec"].append((path, args, os.environ.get(cli.RESTARTED_ENV)))
+        raise Restarted
+
+    monkeypatch.setattr(cli.os, "execv", fake_exec)
+    return calls
+
+
+def test_on_kaggle_the_command_installs_the_route_and_restarts_itself(tpu_host, tmp_path):
+    argv = ["--smoke", "--out", str(tmp_path)]
+    with pytest.raises(Restarted):
+        cli.main(argv)
+    assert tpu_host["pip"] == list(routes.choose_route("kaggle").commands)
+    assert tpu_host["exec"] == [
+        (sys.executable, [sys.executable, "-m", "helpers.selftest", *argv], "1")
+    ]
+    assert routes.installed_route()["platform"] == "kaggle"  # the report will name it
+
+
+def test_the_restarted_command_never_installs_twice(tpu_host, tmp_path, monkeypatch):
+    monkeypatch.setenv(cli.RESTARTED_ENV, "1")
+    assert cli.main(["--out", str(tmp_path)]) == 2
+    assert tpu_host["pip"] == [] and tpu_host["exec"] == []
+    data = json.loads((tmp_path / "tpu-self-test.json").read_text())
+    assert data["checks"][0]["status"] == "fail"
+    assert "Even after installing" in data["checks"][0]["error"]
+
+
+def test_without_a_route_the_command_stops_with_the_reason_and_a_report(
+    tpu_host, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(routes, "python_version", lambda version_info=None: "3.14")
+    assert cli.main(["--out", str(tmp_path)]) == 2
+    assert tpu_host["pip"] == [] and tpu_host["exec"] == []
+    out = capsys.readouterr().out
+    assert "No TPU build of TensorFlow has a wheel for Python 3.14" in out
+    data = json.loads((tmp_path / "tpu-self-test.json").read_text())
+    assert [c["key"] for c in data["checks"]] == ["connect"] and data["passed"] is False
+    assert data["environment"]["tpu_hints"] == ["ISTPUVM=1"]
+    assert "## Environment" in (tmp_path / "tpu-self-test.md").read_text()
+
+
+def test_on_a_cloud_tpu_vm_the_command_installs_only_when_asked(tpu_host, tmp_path, monkeypatch):
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-8")  # a Cloud TPU VM
+    assert cli.main(["--out", str(tmp_path)]) == 2
+    assert tpu_host["pip"] == []
+    with pytest.raises(Restarted):
+        cli.main(["--install", "--out", str(tmp_path)])
+    assert tpu_host["pip"] == list(routes.choose_route("cloud-tpu-vm").commands)
+
+
+def test_help_needs_no_tensorflow():
+    proc = subprocess.run(
+        [sys.executable, "-m", "helpers.selftest", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "--simulated-replicas" in proc.stdout
