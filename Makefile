@@ -4,7 +4,8 @@
 # Other targets: make smoke (the quick headless run), make bench (the performance report,
 # build/benchmark.md; make bench-quick for the reduced mode the tests run), make sync (regenerate
 # derived cells and the README table, strip outputs), make lab (JupyterLab), make check-routes
-# (resolve every install route against the package index with pip --dry-run; installs nothing).
+# (resolve every install route against the package index with pip --dry-run; installs nothing),
+# make selftest (the TPU self-test, build/self-test/tpu-self-test.md and .json).
 #
 # STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
 #   main    this machine's python3 + TensorFlow 2.21 (requirements.txt): laptops, CI, Binder
@@ -34,7 +35,7 @@ NB ?=
 # One folder per environment (and per NB selection), so parallel runs never clobber each other.
 SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
 
-.PHONY: run smoke test test-unit test-notebooks lint sync lab bench bench-quick check-routes clean
+.PHONY: run smoke test test-unit test-notebooks lint sync lab bench bench-quick check-routes selftest clean
 
 run: $(READY)
 	$(BIN)/python tools/run_notebooks.py
@@ -76,6 +77,9 @@ lab: $(READY)
 
 check-routes: $(READY)
 	$(BIN)/python tools/check_routes.py
+
+selftest: $(READY)
+	$(BIN)/python -m helpers.selftest --out build/self-test
 
 $(READY): $(REQUIREMENTS) requirements-tools.txt pyproject.toml
 	$(if $(STACK_PYTHON),python3 tools/find_python.py $(STACK_PYTHON) >/dev/null)

@@ -140,7 +140,7 @@ def test_markdown_has_every_section_check_and_environment_row(clean):
         assert f"{check.title} (notebook {check.notebook}):" in md
     for label in environment.LABELS.values():
         assert f"| {label} |" in md
-    assert "**PASSED**" in md and "TPU report" in md
+    assert "**PASSED**" in md and "TPU self-test report" in md
 
 
 def test_environment_names_the_simulated_tpu_and_the_versions(clean):

@@ -18,7 +18,7 @@ from helpers.selftest.environment import LABELS
 SCHEMA = "tpu-field-guide/self-test/1"
 FILE_STEM = "tpu-self-test"
 SECTIONS = ("Summary", "Environment", "Checks", "Evidence", "About this report")
-ISSUE_TEMPLATE = "TPU report"
+ISSUE_TEMPLATE = "TPU self-test report"
 
 
 def plain(value):
