@@ -40,6 +40,11 @@ def test_simulated_tpu_and_rerun(run_python):
         assert s.num_replicas_in_sync == 8 and len(info.devices) == 8
         assert isinstance(s, tf.distribute.MirroredStrategy)
         assert tf.__version__ in info.tensorflow
+        # Distributed iterators run untuned, so dropping an old one does not stall (strategy.py).
+        from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+        assert mdi._create_device_dataset.untuned
+        it = iter(s.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(16)))
+        assert sum(int(tf.reduce_sum(v)) for v in next(it).values) == sum(range(16))
         print(info)
         """,
         env=NO_TPU,
