@@ -135,7 +135,7 @@ HEADLINES = {
     "05": "accuracy {accuracy_float32:.1%} float32, {accuracy_mixed_bf16:.1%} bfloat16; activations {activation_memory_ratio:.2f}x smaller",
     "06": "optimised pipeline {pipeline_speedup:.1f}x faster, {pipeline_cpu_saving:.1f}x less CPU per example",
     "07": "{assignments_checked} device assignments checked",
-    "08": "resumed runs repeated no finished epoch; restored outputs differ by {restore_output_max_diff:.1e}",
+    "08": "killed run resumed with identical weights: {custom_identical_weights}; restored outputs differ by {restore_output_max_diff:.1e}",
     "09": "{workers} workers, final loss {final_loss:.3f}",
     "10": "{problems_as_written} problems found as written, {problems_fixed} after the fixes",
 }
