@@ -39,7 +39,20 @@ def test_notebook_passed(path, summary):
     assert row["status"] in ("passed", "cached"), row.get("error")
 
 
-@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+# Known to fail, with the reason; strict, so a fix shows up as a failure until removed here.
+KNOWN_STDERR = {
+    "08": "TensorFlow warns of unrestored checkpoint values (status.expect_partial() is not "
+    "called) and the damaged-checkpoint cell is not tagged; notebook 08 belongs to issue 17",
+}
+STDERR_CASES = [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_STDERR[p.name[:2]]))
+    if p.name[:2] in KNOWN_STDERR
+    else p
+    for p in PATHS
+]
+
+
+@pytest.mark.parametrize("path", STDERR_CASES, ids=[p.stem for p in PATHS])
 def test_no_stderr_outside_cells_that_teach_it(path, summary):
     if path.name not in summary:
         pytest.skip("not selected in this run (NB=...)")
