@@ -50,6 +50,7 @@ def _rows(report):
     return {row["key"]: row for row in report["rows"]}
 
 
+@pytest.mark.slow
 def test_quick_mode_succeeds_and_shows_progress(quick):
     proc, _, _ = quick
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -58,6 +59,7 @@ def test_quick_mode_succeeds_and_shows_progress(quick):
     assert "repetition 1:" in out and "TensorFlow ready" in out
 
 
+@pytest.mark.slow
 def test_every_measurement_has_a_row(quick):
     _, report, _ = quick
     rows = _rows(report)
@@ -65,6 +67,7 @@ def test_every_measurement_has_a_row(quick):
     assert not [r["title"] for r in report["rows"] if r["status"] == "failed"]
 
 
+@pytest.mark.slow
 def test_paired_ratios_are_computed_from_their_own_repetitions(quick):
     _, report, _ = quick
     rows = _rows(report)
@@ -82,6 +85,7 @@ def test_paired_ratios_are_computed_from_their_own_repetitions(quick):
         assert all(math.isfinite(v) and v > 0 for v in (row["baseline_value"], row["ratio"]))
 
 
+@pytest.mark.slow
 def test_unit_values_follow_from_the_seconds(quick):
     _, report, _ = quick
     rows, s = _rows(report), report["settings"]
@@ -98,6 +102,7 @@ def test_unit_values_follow_from_the_seconds(quick):
     )
 
 
+@pytest.mark.slow
 def test_memory_is_counted_and_weights_stay_float32(quick):
     _, report, _ = quick
     rows = _rows(report)
@@ -107,6 +112,7 @@ def test_memory_is_counted_and_weights_stay_float32(quick):
     assert weights["baseline_value"] == weights["candidate_value"]  # variables stay float32
 
 
+@pytest.mark.slow
 def test_distribution_overhead_combines_both_processes(quick):
     _, report, _ = quick
     row = _rows(report)["distribution"]
@@ -117,6 +123,7 @@ def test_distribution_overhead_combines_both_processes(quick):
     assert row["ratio_low"] <= row["ratio"] <= row["ratio_high"]
 
 
+@pytest.mark.slow
 def test_steps_per_execution_on_8_replicas_is_measured_or_explained(quick):
     _, report, _ = quick
     rows = _rows(report)
@@ -128,6 +135,7 @@ def test_steps_per_execution_on_8_replicas_is_measured_or_explained(quick):
         assert multi["status"] == "measured" and multi["ratio"] > 0
 
 
+@pytest.mark.slow
 def test_whole_suite_timings_are_skipped_in_quick_mode_and_say_so(quick):
     _, report, md = quick
     rows = _rows(report)
@@ -137,6 +145,7 @@ def test_whole_suite_timings_are_skipped_in_quick_mode_and_say_so(quick):
     assert md.count("skipped in --quick mode") == 2
 
 
+@pytest.mark.slow
 def test_report_names_the_hardware_and_versions(quick):
     _, report, md = quick
     import importlib.metadata

@@ -1,6 +1,7 @@
 """Structure of every notebook, the generated parts, and the tools that run them.
 
-The notebooks themselves are executed by nbval in `make test` (see the Makefile).
+The notebooks themselves are executed once by tools/run_notebooks.py in `make test`;
+tests/test_executed_notebooks.py checks the executed copies.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def test_parameters_cell_holds_only_literals(notebook):
     path, nb = notebook
     tagged = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
     assert len(tagged) == 1, f"{path.name}: exactly one cell tagged 'parameters'"
+    for line in _source(tagged[0]).splitlines():  # papermill's parser counts every "="
+        assert line.count("=") <= 1, f"{path.name}: papermill cannot parse {line!r}"
     tree = ast.parse(_source(tagged[0]))
     names = {}
     for node in tree.body:
@@ -116,7 +119,7 @@ def test_notebook_runs_the_readiness_check_on_its_own_pipeline(notebook):
     if path.name[:2] in NO_READINESS_CHECK:
         assert "readiness.check(" not in code, f"{path.name}: remove it from NO_READINESS_CHECK"
         return
-    # nbval executes every notebook, so the assert_clean() here must really pass.
+    # make test executes every notebook, so the assert_clean() here must really pass.
     assert "readiness.check(" in code, f"{path.name}: check its pipeline (notebook 10)"
     assert ".assert_clean()" in code, f"{path.name}: assert the report is clean"
 
@@ -171,17 +174,53 @@ def _tiny_notebook(path: Path, body: str) -> Path:
     return path
 
 
-def test_runner_records_status_time_and_numbers(tmp_path):
+def test_runner_records_numbers_skips_unchanged_notebooks_and_flags_stderr(
+    tmp_path, monkeypatch, capsys
+):
     nb = _tiny_notebook(
         tmp_path / "01_ok.ipynb",
-        "from helpers import results\nresults.record(smoke=SMOKE_TEST, value=0.25)",
+        "import sys\nfrom helpers import results\nresults.record(smoke=SMOKE_TEST, value=0.25)\n"
+        "print('not expected', file=sys.stderr)",
     )
-    row = run_notebooks.run_one(nb, tmp_path / "build", smoke=True, cell_timeout=120)
-    assert row["status"] == "passed", row
-    assert row["results"] == {"smoke": True, "value": 0.25}
-    assert (tmp_path / "build" / "executed" / "01_ok.ipynb").exists()
-    table = run_notebooks.markdown_table([row], "header")
-    assert "| 01_ok.ipynb | passed |" in table and "value=0.25" in table
+    out = tmp_path / "build"
+    monkeypatch.setattr(run_notebooks, "notebook_paths", lambda: [nb])
+    monkeypatch.setattr(sys, "argv", ["run_notebooks.py", "--smoke", "--cache", "--out", str(out)])
+    assert run_notebooks.main() == 0
+    (row,) = json.loads((out / "summary.json").read_text())
+    assert row["status"] == "passed" and row["results"] == {"smoke": True, "value": 0.25}
+    assert row["stderr"] == ["cell 2: not expected"]  # papermill added a parameters cell
+    assert "| 01 ok | passed |" in capsys.readouterr().out
+
+    # Nothing changed: skipped, and the table still shows its result.
+    assert run_notebooks.main() == 0
+    printed = capsys.readouterr().out
+    assert "01_ok.ipynb: skipped" in printed and "| 01 ok | cached |" in printed
+    assert "value 0.25" in printed
+
+    # A changed parameter (full mode) is a different cache entry: it runs.
+    monkeypatch.setattr(sys, "argv", ["run_notebooks.py", "--cache", "--out", str(out)])
+    key = run_notebooks.cache_key(nb, {"SMOKE_TEST": False})
+    assert key != run_notebooks.cache_key(nb, {"SMOKE_TEST": True})
+    nb.write_text(nb.read_text().replace("0.25", "0.5"))  # and so does a changed notebook
+    assert run_notebooks.cache_key(nb, {"SMOKE_TEST": False}) != key
+
+
+def test_stderr_check_honours_the_expected_stderr_tag():
+    def cell(outputs, tags=()):
+        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "outputs": outputs}
+
+    warning = {"output_type": "stream", "name": "stderr", "text": ["\n", "UserWarning: x\n"]}
+    printed = {"output_type": "stream", "name": "stdout", "text": "fine"}
+    error = {"output_type": "error", "ename": "ValueError", "evalue": "bad", "traceback": []}
+    nb = {
+        "cells": [
+            cell([printed]),
+            cell([warning]),
+            cell([warning], tags=[run_notebooks.EXPECTED_STDERR_TAG]),
+            cell([error]),
+        ]
+    }
+    assert run_notebooks.unexpected_stderr(nb) == [(1, "UserWarning: x"), (3, "ValueError: bad")]
 
 
 def test_runner_reports_a_failing_cell(tmp_path):

@@ -29,10 +29,29 @@ def test_replica_count_must_be_an_int(bad):
         helpers.connect(bad)
 
 
-def test_simulated_tpu_and_rerun(run_python):
-    out = run_python(
+# Each fresh interpreter costs an import of TensorFlow (several seconds on 2 cores), so cases
+# that can share one run in one, in an order where each leaves the next a valid start.
+
+
+def test_simulated_tpu_rerun_and_a_clear_error_for_other_settings_all_quietly(run_python):
+    proc = run_python(
         """
-        import helpers, tensorflow as tf
+        import logging, os
+        from helpers import quiet
+        quiet.quiet_tensorflow(import_now=True)  # as every notebook's setup cell does
+        assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "2"
+        assert logging.getLogger("tensorflow").level == logging.WARNING
+
+        import helpers
+        from helpers.strategy import StrategyError
+        try:
+            helpers.describe()
+        except StrategyError as err:
+            assert "connect()" in str(err)
+        else:
+            raise SystemExit("describe() before connect(): no error")
+
+        import tensorflow as tf
         s = helpers.connect(8)
         assert helpers.connect(8) is s, "re-running must return the same strategy"
         info = helpers.describe()
@@ -40,47 +59,31 @@ def test_simulated_tpu_and_rerun(run_python):
         assert s.num_replicas_in_sync == 8 and len(info.devices) == 8
         assert isinstance(s, tf.distribute.MirroredStrategy)
         assert tf.__version__ in info.tensorflow
+        # Distributed iterators run untuned, so dropping an old one does not stall (strategy.py).
+        from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+        assert mdi._create_device_dataset.untuned
+        it = iter(s.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(16)))
+        assert sum(int(tf.reduce_sum(v)) for v in next(it).values) == sum(range(16))
         print(info)
-        """,
-        env=NO_TPU,
-    ).stdout
-    assert "replicas    8" in out and "simulated TPU" in out
-
-
-def test_one_replica_is_a_single_device(run_python):
-    run_python(
-        """
-        import helpers, tensorflow as tf
-        s = helpers.connect(1)
-        assert s.num_replicas_in_sync == 1
-        assert helpers.describe().kind == "one device"
-        """,
-        env=NO_TPU,
-    )
-
-
-def test_changing_replicas_in_one_kernel_is_a_clear_error(run_python):
-    run_python(
-        """
-        import helpers
-        from helpers.strategy import StrategyError
-        helpers.connect(8)
         try:
             helpers.connect(4)
         except StrategyError as err:
             assert "Restart the kernel" in str(err), err
         else:
-            raise SystemExit("no error")
+            raise SystemExit("changing replicas: no error")
         """,
-        env=NO_TPU,
+        # Not the quiet environment of the other tests: quiet_tensorflow() must set it up.
+        env={**NO_TPU, "TF_CPP_MIN_LOG_LEVEL": None, "PYTHONWARNINGS": None},
     )
+    assert "replicas    8" in proc.stdout and "simulated TPU" in proc.stdout
+    assert proc.stderr.strip() == "", f"TensorFlow wrote to stderr:\n{proc.stderr}"
 
 
-def test_tensorflow_started_before_connect_is_a_clear_error(run_python):
+def test_one_replica_and_tensorflow_started_before_connect(run_python):
     run_python(
         """
         import tensorflow as tf, helpers
-        from helpers.strategy import StrategyError
+        from helpers.strategy import StrategyError, _CHOSEN
         tf.constant(1.0) + 1.0  # starts the runtime with one CPU device
         try:
             helpers.connect(8)
@@ -88,16 +91,22 @@ def test_tensorflow_started_before_connect_is_a_clear_error(run_python):
             assert "before any other TensorFlow code" in str(err), err
         else:
             raise SystemExit("no error")
+        assert not _CHOSEN  # nothing was cached by the failed call
+        s = helpers.connect(1)  # one device needs no split: it works
+        assert s.num_replicas_in_sync == 1
+        assert helpers.describe().kind == "one device"
         """,
         env=NO_TPU,
     )
 
 
-def test_tpu_hinted_with_a_cpu_build_raises_not_falls_back(run_python):
+def test_tpu_hinted_with_a_cpu_build_raises_then_falls_back_to_one_device_when_asked(
+    run_python,
+):
     """The real failure: initialize_tpu_system on a CPU-only TensorFlow."""
     run_python(
         """
-        import helpers
+        import warnings, helpers
         from helpers import runtime
         # Pretend the package metadata looked fine, so connect() really tries the TPU.
         runtime.tensorflow_tpu_support = lambda: runtime.TPUSupport(None, "unknown")
@@ -110,6 +119,11 @@ def test_tpu_hinted_with_a_cpu_build_raises_not_falls_back(run_python):
             assert "ISTPUVM=1" in text and route.commands[-1] in text, text
         else:
             raise SystemExit("fell back silently")
+        # The failed TPU start started TensorFlow's runtime: the fallback is one CPU device.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = helpers.connect(8, allow_cpu_fallback=True)
+        assert s.num_replicas_in_sync == 1
         """,
         env={**NO_TPU, "ISTPUVM": "1"},
     )
@@ -129,34 +143,3 @@ def test_tpu_hinted_known_unusable_can_fall_back_when_asked(run_python):
         env={**NO_TPU, "ISTPUVM": "1"},
     ).stdout
     assert "ok" in out
-
-
-def test_failed_tpu_start_falls_back_to_one_device_when_asked(run_python):
-    run_python(
-        """
-        import warnings, helpers
-        from helpers import runtime
-        runtime.tensorflow_tpu_support = lambda: runtime.TPUSupport(None, "unknown")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            s = helpers.connect(8, allow_cpu_fallback=True)
-        assert s.num_replicas_in_sync == 1
-        """,
-        env={**NO_TPU, "ISTPUVM": "1"},
-    )
-
-
-def test_describe_before_connect_is_a_clear_error(run_python):
-    run_python(
-        """
-        import helpers
-        from helpers.strategy import StrategyError
-        try:
-            helpers.describe()
-        except StrategyError as err:
-            assert "connect()" in str(err)
-        else:
-            raise SystemExit("no error")
-        """,
-        env=NO_TPU,
-    )

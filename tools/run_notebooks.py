@@ -1,10 +1,16 @@
 """The main job: execute every notebook headless with papermill and print a summary table.
 
-    python tools/run_notebooks.py            # full lessons (minutes per notebook on a CPU)
-    python tools/run_notebooks.py --smoke    # SMOKE_TEST=True: the small run CI uses
+    python tools/run_notebooks.py            # full lessons, into build/full
+    python tools/run_notebooks.py --smoke    # SMOKE_TEST=True: the small run CI uses, build/smoke
     python tools/run_notebooks.py --only 01 --only 03
+    python tools/run_notebooks.py --cache    # skip what is unchanged (make run, smoke and test)
 
-Writes, under ``build/`` (or ``--out``):
+With ``--cache`` a notebook is skipped when it passed before with the same notebook file, the same
+helpers, the same parameters and the same Python and TensorFlow (``cache.json``), and the summary
+says so; ``--force`` re-executes anyway. Without it (tools/benchmark.py times this run) every
+notebook executes.
+
+Writes, under ``build/full`` or ``build/smoke`` (or ``--out``):
 - ``executed/NN_name.ipynb``: each executed notebook, saved by papermill after every cell, so an
   interrupted or failed run keeps everything up to the cell that stopped it;
 - ``results/NN_name.json``: the numbers the notebook recorded with ``helpers.results.record``;
@@ -15,15 +21,72 @@ Writes, under ``build/`` (or ``--out``):
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib.metadata
 import json
 import os
+import platform
 import sys
 import time
 from pathlib import Path
 
-from notebook_files import ROOT, notebook_paths
+from notebook_files import ROOT, notebook_paths, source
 
 RESULTS_ENV = "FIELD_GUIDE_RESULTS"  # the name helpers.results reads
+# Cells that teach an error or a warning carry this tag; only they may write to stderr.
+EXPECTED_STDERR_TAG = "expected-stderr"
+CACHE_FILE = "cache.json"
+
+
+def cache_key(path: Path, parameters: dict) -> str:
+    """What a notebook's result depends on: its file, the helpers, its parameters, the stack."""
+    digest = hashlib.sha256(path.read_bytes())
+    for helper in sorted((ROOT / "helpers").rglob("*.py")):
+        digest.update(str(helper.relative_to(ROOT)).encode() + helper.read_bytes())
+    try:
+        tensorflow = importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        tensorflow = next(
+            (_version(n) for n in ("tensorflow-cpu", "tensorflow-tpu") if _version(n)), ""
+        )
+    stack = {"python": platform.python_version(), "tensorflow": tensorflow}
+    digest.update(json.dumps([parameters, stack], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def unexpected_stderr(notebook: dict) -> list[tuple[int, str]]:
+    """(cell index, first line) of each stderr or error output in a cell not tagged for it."""
+    found = []
+    for index, cell in enumerate(notebook.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        if EXPECTED_STDERR_TAG in cell.get("metadata", {}).get("tags", []):
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                text = f"{output.get('ename')}: {output.get('evalue')}"
+            elif output.get("name") == "stderr":
+                text = source({"source": output.get("text", "")})
+            else:
+                continue
+            first = next((line for line in text.splitlines() if line.strip()), "")
+            found.append((index, first[:200]))
+    return found
+
+
+def count_images(notebook: dict) -> int:
+    return sum(
+        "image/png" in output.get("data", {})
+        for cell in notebook.get("cells", [])
+        for output in cell.get("outputs", [])
+    )
 
 
 def run_one(path: Path, out: Path, smoke: bool, cell_timeout: int) -> dict:
@@ -46,29 +109,87 @@ def run_one(path: Path, out: Path, smoke: bool, cell_timeout: int) -> dict:
             execution_timeout=cell_timeout,
             progress_bar=sys.stderr.isatty(),
             log_output=False,
+            # The kernel's own start-up warning (TCP on loopback) is not for the reader.
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
     except Exception as err:  # papermill raises on a failing cell; report it and go on
         row["status"] = "FAILED"
         row["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
     row["seconds"] = round(time.perf_counter() - start, 1)
     row["results"] = json.loads(results.read_text()) if results.exists() else {}
+    executed = out / "executed" / path.name
+    row["executed"] = str(executed)
+    if executed.exists():
+        notebook = json.loads(executed.read_text(encoding="utf-8"))
+        row["stderr"] = [f"cell {i}: {line}" for i, line in unexpected_stderr(notebook)]
+        row["plots"] = count_images(notebook)
     return row
 
 
-def format_results(results: dict, limit: int = 4) -> str:
-    parts = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in results.items()]
-    more = f" (+{len(parts) - limit} more)" if len(parts) > limit else ""
+# The headline of each notebook in words, from the numbers it recorded (helpers.results.record).
+HEADLINES = {
+    "01": "{replicas} replicas ({strategy}), {train_examples} training images of {dataset}",
+    "02": "loss {first_loss:.3f} -> {last_loss:.3f} on {replicas} replicas; copies differ by {copies_spread:g}",
+    "03": "held-out accuracy {val_accuracy:.1%}; loss gap to one device {loss_gap_evaluate:.1e}",
+    "04": "test accuracy {test_accuracy:.1%}; many steps per call {steps_per_call_speedup:.2f}x faster",
+    "05": "accuracy {accuracy_float32:.1%} float32, {accuracy_mixed_bf16:.1%} bfloat16; activations {activation_memory_ratio:.2f}x smaller",
+    "06": "optimised pipeline {pipeline_speedup:.1f}x faster, {pipeline_cpu_saving:.1f}x less CPU per example",
+    "07": "{assignments_checked} device assignments checked",
+    "08": "killed run resumed with identical weights: {custom_identical_weights}; restored outputs differ by {restore_output_max_diff:.1e}",
+    "09": "{workers} workers, final loss {final_loss:.3f}",
+    "10": "{problems_as_written} problems found as written, {problems_fixed} after the fixes",
+}
+
+
+def headline(name: str, results: dict) -> str:
+    template = HEADLINES.get(name[:2])
+    if template:
+        try:
+            return template.format(**results)
+        except (KeyError, ValueError, TypeError):
+            pass  # a notebook that changed its recorded names: fall back to the raw numbers
+    return format_results(results)
+
+
+def format_results(results: dict, limit: int = 3) -> str:
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items()]
+    more = f" (+{len(parts) - limit} more in results/)" if len(parts) > limit else ""
     return ", ".join(parts[:limit]) + more
 
 
 def markdown_table(rows: list[dict], header: str) -> str:
-    lines = [header, "", "| notebook | status | seconds | key numbers |", "|---|---|---:|---|"]
+    lines = [
+        header,
+        "",
+        "| notebook | status | seconds | result | executed copy (plots inside) |",
+        "|---|---|---:|---|---|",
+    ]
     for row in rows:
-        numbers = format_results(row["results"]) or row["error"]
-        lines.append(f"| {row['notebook']} | {row['status']} | {row['seconds']} | {numbers} |")
+        text = headline(row["notebook"], row["results"]) if row["status"] != "FAILED" else ""
+        if row.get("error"):
+            text = row["error"]
+        if row.get("stderr"):
+            text += f" ({len(row['stderr'])} unexpected stderr outputs)"
+        where = ""
+        if row.get("executed"):
+            executed = Path(row["executed"])
+            try:
+                executed = executed.relative_to(ROOT)
+            except ValueError:
+                pass
+            where = f"{executed} ({row.get('plots', 0)} plots)"
+        lines.append(
+            f"| {row['notebook'][:2]} {Path(row['notebook']).stem[3:]} | {row['status']} "
+            f"| {row['seconds']} | {text} | {where} |"
+        )
     total = sum(row["seconds"] for row in rows)
-    passed = sum(row["status"] == "passed" for row in rows)
-    lines += ["", f"{passed} of {len(rows)} notebooks passed in {total:.0f} s."]
+    passed = sum(row["status"] in ("passed", "cached") for row in rows)
+    cached = sum(row["status"] == "cached" for row in rows)
+    lines += [
+        "",
+        f"{passed} of {len(rows)} notebooks passed ({cached} unchanged, from the cache); "
+        f"{total:.0f} s of execution.",
+    ]
     return "\n".join(lines)
 
 
@@ -83,25 +204,57 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Execute the notebooks headless.")
     parser.add_argument("--smoke", action="store_true", help="run with SMOKE_TEST=True")
     parser.add_argument("--only", action="append", default=[], help="notebook name prefix")
-    parser.add_argument("--out", type=Path, default=ROOT / "build")
+    parser.add_argument("--out", type=Path, help="default: build/full, or build/smoke")
+    parser.add_argument(
+        "--cache", action="store_true", help="skip notebooks unchanged since they passed"
+    )
+    parser.add_argument("--force", action="store_true", help="with --cache: run everything anyway")
     parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell")
     args = parser.parse_args()
 
     paths = [p for p in notebook_paths() if not args.only or p.name.startswith(tuple(args.only))]
     if not paths:
         parser.error(f"no notebook matches {args.only}")
-    # Absolute: the kernels run in notebooks/ and must write their results where the summary looks.
-    args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
     mode = "smoke" if args.smoke else "full"
+    # Absolute: the kernels run in notebooks/ and must write their results where the summary looks.
+    args.out = (args.out or ROOT / "build" / mode).resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    cache_path = args.out / CACHE_FILE
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     header = f"Headless run ({mode} mode), {time.strftime('%Y-%m-%d %H:%M')}"
     rows: list[dict] = []
+    began = time.perf_counter()
     try:
         for i, path in enumerate(paths, 1):
+            key = cache_key(path, {"SMOKE_TEST": args.smoke})
+            hit = cache.get(path.name)
+            executed = args.out / "executed" / path.name
+            if args.cache and not args.force and hit and hit["key"] == key and executed.exists():
+                rows.append({**hit["row"], "status": "cached"})
+                print(
+                    f"[{i}/{len(paths)}] {path.name}: skipped, passed on {hit['when']} with this "
+                    "notebook, helpers, parameters and stack (FORCE=1 re-runs it)",
+                    flush=True,
+                )
+                continue
             print(f"[{i}/{len(paths)}] {path.name} ...", flush=True)
             row = run_one(path, args.out, args.smoke, args.cell_timeout)
             rows.append(row)
-            print(f"      {row['status']} in {row['seconds']} s", flush=True)
+            if row["status"] == "passed":
+                cache[path.name] = {"key": key, "when": time.strftime("%Y-%m-%d %H:%M"), "row": row}
+            else:
+                cache.pop(path.name, None)
+            cache_path.write_text(json.dumps(cache, indent=2))
+            elapsed = time.perf_counter() - began
+            print(
+                f"      {row['status']} in {row['seconds']} s (run so far: {elapsed:.0f} s)"
+                + (
+                    f"; unexpected stderr in {len(row['stderr'])} output(s)"
+                    if row.get("stderr")
+                    else ""
+                ),
+                flush=True,
+            )
             save(args.out, rows, header)
     except KeyboardInterrupt:
         print("\nInterrupted: the summary below covers the notebooks that finished.")
@@ -117,7 +270,7 @@ def main() -> int:
     table = save(args.out, rows, header)
     print("\n" + table)
     print(f"\nExecuted notebooks: {args.out / 'executed'}; summary: {args.out / 'summary.md'}")
-    return 0 if all(row["status"] == "passed" for row in rows) else 1
+    return 0 if all(row["status"] in ("passed", "cached") for row in rows) else 1
 
 
 if __name__ == "__main__":

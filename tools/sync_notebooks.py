@@ -43,8 +43,10 @@ if importlib.util.find_spec("helpers") is None:  # Colab or Kaggle: fetch the sh
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", package])
     importlib.invalidate_caches()
 
-from helpers import runtime
+from helpers import quiet, runtime
 
+# Before TensorFlow's first import: its log lines stay out of the cells, warnings still show.
+quiet.quiet_tensorflow()
 # Stops here, with the exact fix, when TPU hardware is present but this TensorFlow can't use it.
 runtime.ensure_tensorflow()"""
 

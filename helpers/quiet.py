@@ -1,0 +1,102 @@
+"""Keep TensorFlow's own logging out of the notebooks; every notebook's setup cell calls it.
+
+Jupyter shows everything a kernel writes to its stderr, C++ included, as red text in the cell
+that runs. Without this, a headless run of the collection put about 600 lines of TensorFlow
+logging into the cells (device lists, "Local rendezvous ... cancelled", cost-model dumps,
+"Collective all_reduce tensors" per step). Log levels only work when set before TensorFlow is
+first imported, so :func:`quiet_tensorflow` must run before anything imports it.
+
+Kept: C++ errors, Python warnings (``warnings.warn``, e.g. deprecations a user must act on) and
+TensorFlow's Python warnings. Set ``TF_CPP_MIN_LOG_LEVEL=0`` before starting Jupyter to see
+everything again; this module never lowers a level that is already set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import tempfile
+import warnings
+
+from helpers import runtime
+
+# 2 = only C++ errors. Environment variables reach every process the helpers start too.
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+# Printed by the full `tensorflow` wheel while it looks for a GPU, before its logging is set up,
+# so no log level hides them (see the field notes). Dropped only on a machine with no GPU.
+GPU_PROBE = re.compile(
+    r"All log messages before absl::InitializeLog|cudart_stub.*Could not find cuda drivers"
+    r"|failed call to cuInit"
+)
+
+
+def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
+    """Lower TensorFlow's C++ and Python logging to warnings; return the startup lines dropped.
+
+    With ``import_now`` TensorFlow is imported here, with the C-level stderr captured, and its
+    GPU probe lines are dropped when no GPU is found; any other line it wrote is passed on. The
+    default imports now unless TPU hardware is in sight (there the TPU runtime's own start-up
+    lines are worth seeing). Does nothing more if TensorFlow is already imported or missing.
+    """
+    if import_now is None:
+        import_now = not runtime.tpu_hints()
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    # Keras' fit defaults to shuffle=True and warns that a tf.data.Dataset ignores it; the
+    # lessons' pipelines shuffle themselves, so the warning asks nothing of the reader.
+    warnings.filterwarnings("ignore", message="`shuffle=True` was passed", category=UserWarning)
+    for name in ("tensorflow", "absl"):
+        logger = logging.getLogger(name)
+        if logger.level in (logging.NOTSET, logging.DEBUG, logging.INFO):
+            logger.setLevel(logging.WARNING)
+    if not import_now or "tensorflow" in sys.modules:
+        return []
+    dropped: list[str] = []
+    try:
+        with _captured_stderr() as captured:
+            import tensorflow as tf
+
+            has_gpu = bool(tf.config.list_physical_devices("GPU"))  # the probe happens here
+    except ImportError:
+        return []  # runtime.ensure_tensorflow() says what to install
+    finally:
+        _quiet_absl()
+    for line in captured.text.splitlines():
+        if not has_gpu and GPU_PROBE.search(line):
+            dropped.append(line)
+        elif line.strip():
+            print(line, file=sys.stderr)
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)  # TF may reset it on import
+    return dropped
+
+
+def _quiet_absl() -> None:
+    try:
+        from absl import logging as absl_logging
+    except ImportError:  # absl comes with TensorFlow; nothing to do without it
+        return
+    if absl_logging.get_verbosity() > absl_logging.WARNING:
+        absl_logging.set_verbosity(absl_logging.WARNING)
+
+
+class _captured_stderr:
+    """Send file descriptor 2 (where C++ writes) to a temporary file for the ``with`` block."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile(mode="w+b")
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", "replace")
+        self._file.close()
+        return False

@@ -1,0 +1,64 @@
+"""The notebooks as `make test` executed them (tools/run_notebooks.py --smoke, once per stack).
+
+Nothing is executed here: the checks read the executed copies and the run's summary, named by
+FIELD_GUIDE_EXECUTED (the run's output folder). Without it, as in `make test-unit`, they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import notebook_files  # noqa: E402
+import run_notebooks  # noqa: E402
+
+RUN = os.environ.get("FIELD_GUIDE_EXECUTED")
+PATHS = notebook_files.notebook_paths()
+pytestmark = pytest.mark.skipif(not RUN, reason="needs FIELD_GUIDE_EXECUTED (make test sets it)")
+
+
+@pytest.fixture(scope="module")
+def summary():
+    path = Path(RUN) / "summary.json"
+    assert path.exists(), f"{path}: the notebooks did not run"
+    return {row["notebook"]: row for row in json.loads(path.read_text())}
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_notebook_passed(path, summary):
+    if path.name not in summary:
+        pytest.skip("not selected in this run (NB=...)")
+    row = summary[path.name]
+    assert row["status"] in ("passed", "cached"), row.get("error")
+
+
+# Known to fail, with the reason; strict, so a fix shows up as a failure until removed here.
+KNOWN_STDERR = {
+    "08": "TensorFlow warns of unrestored checkpoint values (status.expect_partial() is not "
+    "called) and the damaged-checkpoint cell is not tagged; notebook 08 belongs to issue 17",
+}
+STDERR_CASES = [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_STDERR[p.name[:2]]))
+    if p.name[:2] in KNOWN_STDERR
+    else p
+    for p in PATHS
+]
+
+
+@pytest.mark.parametrize("path", STDERR_CASES, ids=[p.stem for p in PATHS])
+def test_no_stderr_outside_cells_that_teach_it(path, summary):
+    if path.name not in summary:
+        pytest.skip("not selected in this run (NB=...)")
+    executed = json.loads((Path(RUN) / "executed" / path.name).read_text(encoding="utf-8"))
+    found = run_notebooks.unexpected_stderr(executed)
+    assert not found, (
+        f"stderr in cells not tagged {run_notebooks.EXPECTED_STDERR_TAG!r}: silence it at the "
+        f"source (helpers.quiet) or tag a cell that teaches it: {found}"
+    )
