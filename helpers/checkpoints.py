@@ -7,9 +7,12 @@ What this module adds to ``tf.train.Checkpoint`` and ``tf.train.CheckpointManage
   and raises nothing when the names do not match (``Checkpoint(net=...)`` instead of
   ``Checkpoint(model=...)``) or when ``path`` is None; here both raise
   :class:`CheckpointMismatchError` / :class:`CheckpointNotFoundError` with what to do.
-- :func:`latest_checkpoint` only returns a *committed* checkpoint, and refuses a directory whose
-  state file names a checkpoint whose files are gone (``tf.train.latest_checkpoint`` returns None
-  there, which would start a "resumed" job from scratch).
+- :func:`latest_checkpoint` only returns a *committed* checkpoint: the newest one the state file
+  lists whose files are complete. A listed checkpoint with missing files is skipped, with a
+  warning; when none is complete it raises (``tf.train.latest_checkpoint`` returns None there,
+  which would start a "resumed" job from scratch).
+- :func:`repair` tidies what a save killed at any instant leaves (see below); :func:`make_checkpoint`
+  runs it before the manager reads the directory.
 - :func:`resume` is the start of a restartable program: restore the latest checkpoint or say
   loudly that training starts fresh; with ``require=True`` a missing checkpoint is an error.
 - :func:`fit_backup_callbacks` gives ``fit`` Keras' ``BackupAndRestore`` with its previous
@@ -19,14 +22,19 @@ Why a checkpoint interrupted mid-write is never picked as the latest: ``Checkpoi
 first writes the checkpoint's files (``ckpt-N.index``, ``ckpt-N.data-...``), and only then
 rewrites the small state file ``checkpoint`` that names the latest one, atomically (written to a
 temporary file, then renamed over the old one). Until that rename, every reader still sees the
-previous checkpoint. :func:`simulate_torn_save` fabricates the leftovers of a save that died
-half-way, so notebook 08 and the tests can check that they are ignored.
+previous checkpoint. After the rename the manager deletes checkpoints beyond ``max_to_keep``
+(``.index`` first) and rewrites the state file; a kill in between leaves a state file that lists a
+checkpoint whose files are partly gone. And a kill while the files are written leaves a
+``ckpt-N_temp/`` folder. :func:`repair` removes those leftovers and rewrites the state file to
+list only complete checkpoints (``helpers.save_faults`` stops a real save in each of these
+phases). :func:`simulate_torn_save` fabricates the leftovers of a save that died half-way.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 STATE_FILE = "checkpoint"  # the file CheckpointManager rewrites, atomically, after each save
@@ -52,7 +60,8 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
     manager keeps the ``max_to_keep`` newest checkpoints in ``directory``; call
     ``manager.save(checkpoint_number=step)`` from the host, outside ``strategy.run``: saving
     reads every replica's copy of each variable, so it is always called in cross-replica
-    context. Taught in notebook 08.
+    context. First :func:`repair` tidies ``directory`` after a save that was killed. Taught in
+    notebook 08.
     """
     import tensorflow as tf
 
@@ -60,6 +69,7 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
         raise ValueError("nothing to checkpoint: pass objects as keywords, e.g. model=model")
     if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1:
         raise ValueError(f"max_to_keep must be a positive integer, got {max_to_keep!r}")
+    repair(directory)  # the manager reads the state file once, now: it must be consistent
     checkpoint = tf.train.Checkpoint(**objects)
     manager = tf.train.CheckpointManager(checkpoint, os.fspath(directory), max_to_keep=max_to_keep)
     return checkpoint, manager
@@ -88,31 +98,147 @@ def _complete(prefix: str) -> bool:
     return len(shards) == total
 
 
+def _listed(directory: str) -> tuple[list[str], dict]:
+    """The checkpoints the state file lists, oldest first, the latest last; and their timestamps
+    (with ``None`` for the state file's ``last_preserved_timestamp``)."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None or not state.model_checkpoint_path:
+        return [], {}
+    times = dict(
+        zip(state.all_model_checkpoint_paths, state.all_model_checkpoint_timestamps, strict=False)
+    )
+    listed = [p for p in state.all_model_checkpoint_paths if p != state.model_checkpoint_path]
+    listed.append(state.model_checkpoint_path)
+    paths = [p if os.path.isabs(p) else os.path.join(directory, p) for p in listed]
+    times = {path: times.get(p) for path, p in zip(paths, listed, strict=True)}
+    return paths, {**times, None: state.last_preserved_timestamp}
+
+
+def _no_complete_checkpoint(directory: str, listed: list[str]) -> CheckpointNotFoundError:
+    found = checkpoint_files(listed[-1]) or "none"
+    return CheckpointNotFoundError(
+        f"{os.path.join(directory, STATE_FILE)} lists {[os.path.basename(p) for p in listed]}, "
+        f"but none of them has complete files (found for the latest: {found}). The directory was "
+        "partly deleted or copied; restore the files, or start a new run in a new directory."
+    )
+
+
 def latest_checkpoint(directory: str | os.PathLike) -> str | None:
     """The newest *committed* checkpoint in ``directory``, or None if none was ever committed.
 
-    Raises :class:`CheckpointNotFoundError` when the state file names a checkpoint whose files
-    are missing or incomplete (deleted, or a copy of the directory that did not finish):
-    ``tf.train.latest_checkpoint`` only logs an error and returns None there, and a restarted job
-    would silently begin again from step 0. Taught in notebook 08.
+    Committed: listed in the state file, with all its files. A listed checkpoint whose files are
+    missing (a kill while old checkpoints were deleted, or a partial copy) is skipped with a
+    warning in favour of the newest complete one. Raises :class:`CheckpointNotFoundError` when the
+    state file lists checkpoints and none is complete: ``tf.train.latest_checkpoint`` only logs
+    an error and returns None there, and a restarted job would silently begin again from step 0.
+    Taught in notebook 08.
     """
-    import tensorflow as tf
+    import warnings
 
     directory = os.fspath(directory)
-    state = tf.train.get_checkpoint_state(directory)
-    if state is None or not state.model_checkpoint_path:
+    listed, _ = _listed(directory)
+    if not listed:
         return None
-    prefix = state.model_checkpoint_path
-    if not os.path.isabs(prefix):
-        prefix = os.path.join(directory, prefix)
-    if not _complete(prefix):
-        found = checkpoint_files(prefix) or "none"
-        raise CheckpointNotFoundError(
-            f"{os.path.join(directory, STATE_FILE)} names {os.path.basename(prefix)} as the latest "
-            f"checkpoint, but its files are missing or incomplete (found: {found}). The directory "
-            "was partly deleted or copied; restore the files, or start a new run in a new directory."
+    complete = [p for p in listed if _complete(p)]
+    if not complete:
+        raise _no_complete_checkpoint(directory, listed)
+    if complete[-1] != listed[-1]:
+        warnings.warn(
+            f"{os.path.basename(listed[-1])} is listed as the latest checkpoint in {directory}, "
+            f"but its files are incomplete; using {os.path.basename(complete[-1])} "
+            "(helpers.checkpoints.repair fixes the state file)",
+            stacklevel=2,
         )
-    return prefix
+    return complete[-1]
+
+
+@dataclass
+class Repair:
+    """What :func:`repair` found and did."""
+
+    latest: str | None  # the checkpoint a restart resumes from
+    dropped: list[str] = field(default_factory=list)  # listed, incomplete: no longer listed
+    removed: list[str] = field(default_factory=list)  # leftover folders and files, deleted
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.dropped or self.removed)
+
+    def __str__(self) -> str:
+        latest = os.path.basename(self.latest) if self.latest else None
+        if not self.changed:
+            return f"nothing to repair; latest checkpoint: {latest}"
+        return (
+            f"repaired: dropped {self.dropped or 'nothing'} from the state file, removed "
+            f"{self.removed or 'nothing'}; latest checkpoint: {latest}"
+        )
+
+
+_NUMBERED = re.compile(r"^((.+)-(\d+))\.(index|data-\d{5}-of-\d{5})$")
+
+
+def repair(directory: str | os.PathLike) -> Repair:
+    """Tidy ``directory`` after a save killed at any instant; call it before a run resumes.
+
+    1. Deletes leftover temporary folders (``ckpt-N_temp/``) and state files
+       (``checkpoint.tmp...``), the files of any numbered checkpoint that is incomplete, and
+       complete ones newer than the latest committed one (saves killed before their commit).
+    2. Rewrites the state file to list only complete checkpoints, the newest of them as the
+       latest (a kill while old checkpoints were deleted lists one whose ``.index`` is gone).
+
+    Committed checkpoints and older unlisted ones are never touched. Raises
+    :class:`CheckpointNotFoundError` when the state file lists checkpoints and none is complete
+    (nothing is deleted then). Run it only while no other process saves into ``directory``.
+    :func:`make_checkpoint` calls it. Taught in notebook 08.
+    """
+    import shutil
+
+    from tensorflow.python.checkpoint import checkpoint_management
+
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        return Repair(None)
+    listed, times = _listed(directory)
+    complete = [p for p in listed if _complete(p)]
+    if listed and not complete:
+        raise _no_complete_checkpoint(directory, listed)
+    result = Repair(complete[-1] if complete else None)
+    result.dropped = [os.path.basename(p) for p in listed if p not in complete]
+    latest = _NUMBERED.match(os.path.basename(result.latest) + ".index") if complete else None
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        numbered = _NUMBERED.match(name)
+        prefix = os.path.join(directory, numbered.group(1)) if numbered else None
+        uncommitted = (
+            numbered
+            and latest
+            and prefix not in complete
+            and numbered.group(2) == latest.group(2)
+            and int(numbered.group(3)) > int(latest.group(3))
+        )
+        temp_dir = name.endswith("_temp") and os.path.isdir(path)
+        leftover = temp_dir or name.startswith(STATE_FILE + ".tmp") or ".tempstate" in name
+        if leftover or uncommitted or (prefix and not _complete(prefix)):
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+                name += "/"
+            else:
+                os.remove(path)
+            result.removed.append(name)
+    if result.dropped:
+        checkpoint_management.update_checkpoint_state_internal(
+            directory,
+            model_checkpoint_path=complete[-1],
+            all_model_checkpoint_paths=complete,
+            all_model_checkpoint_timestamps=[times[p] for p in complete]
+            if all(times[p] is not None for p in complete)
+            else None,
+            last_preserved_timestamp=times[None],
+            save_relative_paths=True,
+        )
+    return result
 
 
 def checkpoint_contents(path: str | os.PathLike) -> list[str]:

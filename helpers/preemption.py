@@ -15,7 +15,10 @@ happens, so a parent process can follow the run. ``--hold-at STEP`` makes the ru
 at a chosen point (after that training step, or inside the checkpoint save at that step, after
 the checkpoint's files are written and before they are committed) so that the parent's kill
 lands at the same place in every run; a real preemption lands anywhere, and the recovery must
-not care where.
+not care where. ``--crash-at STEP --crash-in PHASE`` makes the custom loop SIGKILL itself inside
+the save at that step, in one phase of ``helpers.save_faults.PHASES``, or with ``--crash-in
+random`` at a random instant of it (``--crash-seed``). A restarted run first repairs what the
+kill left (``helpers.checkpoints.repair``).
 
 The parent side (notebook 08 and ``tests/test_preemption.py``) uses :func:`command`,
 :func:`run_until_killed`, :func:`run_to_end` and :func:`summarize`.
@@ -38,6 +41,7 @@ import numpy as np
 
 MODES = ("fit", "custom")
 HOLD_WHERE = ("after-step", "before-commit")
+CRASH_IN = ("random", "shards", "merge", "commit", "rename", "sweep", "restate")  # save_faults
 LOG_NAME = "progress.jsonl"
 
 
@@ -60,6 +64,12 @@ class RunConfig:
     hold_timeout: float = 600.0  # a held run nobody kills exits with an error after this
     step_delay: float = 0.0  # seconds of sleep after each training call: a slower run to kill
     require_checkpoint: bool = False
+    crash_at: int | None = None  # custom loop: SIGKILL itself inside the save at this step ...
+    crash_in: str = "random"  # ... in this phase of it, or at a random instant
+    crash_seed: int = 0
+    crash_window: float = (
+        0.05  # random: the kill comes within this many seconds of the save's start
+    )
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -84,6 +94,17 @@ class RunConfig:
             )
         if self.hold_at is not None and not 1 <= self.hold_at <= self.total_steps:
             raise ValueError(f"hold_at must be a step in 1..{self.total_steps}, got {self.hold_at}")
+        if self.crash_window <= 0:
+            raise ValueError(f"crash_window must be positive seconds, got {self.crash_window}")
+        if self.crash_in not in CRASH_IN:
+            raise ValueError(f"crash_in must be one of {CRASH_IN}, got {self.crash_in!r}")
+        if self.crash_at is not None:
+            save_step = self.crash_at % self.save_interval == 0 or self.crash_at == self.total_steps
+            if self.mode != "custom" or not 1 <= self.crash_at <= self.total_steps or not save_step:
+                raise ValueError(
+                    f"crash_at needs mode='custom' and a checkpoint step (a multiple of "
+                    f"{self.save_interval}, or {self.total_steps}), got {self.crash_at}"
+                )
         if self.hold_where == "before-commit":
             if self.mode != "custom":
                 raise ValueError("hold_where='before-commit' needs mode='custom'")
@@ -225,6 +246,9 @@ def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) ->
     images, model, optimizer = build(config, strategy)
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")  # host-side counter
     ckpt_dir = Path(config.workdir) / "checkpoints"
+    repaired = checkpoints.repair(ckpt_dir)  # what a kill inside a save left behind
+    if repaired.changed:
+        log.write("repair", dropped=repaired.dropped, removed=repaired.removed)
     checkpoint, manager = checkpoints.make_checkpoint(
         ckpt_dir, model=model, optimizer=optimizer, step=step
     )
@@ -262,12 +286,10 @@ def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) ->
         epoch = (done - 1) // config.steps_per_epoch
         log.write("step", step=done, epoch=epoch, steps=n, loss=loss)
         if done % config.save_interval == 0 or done == config.total_steps:
-            if hold_commit and done == config.hold_at:
-                with _hold_before_commit(log, config, done):
-                    path = manager.save(checkpoint_number=done)
-            else:
-                path = manager.save(checkpoint_number=done)
-            log.write("checkpoint", step=done, path=path)
+            start = time.perf_counter()
+            path = _save(manager, done, config, log, hold_commit)
+            seconds = round(time.perf_counter() - start, 4)
+            log.write("checkpoint", step=done, path=path, seconds=seconds)
         if done % config.steps_per_epoch == 0:
             log.write("epoch_end", epoch=epoch, step=done, loss=loss)
         if config.hold_at == done and not hold_commit:
@@ -282,34 +304,30 @@ def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) ->
     return {**result, "model": model}
 
 
-class _hold_before_commit:
-    """Hold inside ``CheckpointManager.save``: after the files are written, before the commit.
+def _save(manager, step: int, config: RunConfig, log, hold_commit: bool) -> str:
+    """``manager.save``; held or killed inside it when the config says so at this step."""
+    import contextlib
+    import threading
 
-    The manager commits a save by rewriting its state file, in the private function
-    ``update_checkpoint_state_internal`` (TensorFlow 2.19 and 2.21). Wrapping it lets this
-    demonstration stop at the worst moment to be killed: the new checkpoint's files are all on
-    disk, but nothing names them yet.
-    """
+    from helpers import save_faults
 
-    def __init__(self, log, config, step):
-        self.log, self.config, self.step = log, config, step
-
-    def __enter__(self):
-        from tensorflow.python.checkpoint import checkpoint_management as cm
-
-        self.module, self.original = cm, cm.update_checkpoint_state_internal
-        log, config, step = self.log, self.config, self.step
-
-        def hold_then_commit(save_dir, *args, **kwargs):
-            files = sorted(os.listdir(save_dir))
-            log.hold(config.hold_timeout, step=step, where="before-commit", files=files)
-
-        cm.update_checkpoint_state_internal = hold_then_commit
-        return self
-
-    def __exit__(self, *exc):
-        self.module.update_checkpoint_state_internal = self.original
-        return False
+    block = contextlib.nullcontext()
+    if hold_commit and step == config.hold_at:  # wait for the parent's kill before the commit
+        files = lambda: sorted(os.listdir(manager.directory))  # noqa: E731
+        hold = lambda phase: log.hold(  # noqa: E731
+            config.hold_timeout, step=step, where="before-commit", files=files()
+        )
+        block = save_faults.interrupt_save("commit", hold)
+    elif config.crash_at == step and config.crash_in != "random":
+        log.write("crash", step=step, phase=config.crash_in)
+        block = save_faults.interrupt_save(config.crash_in, save_faults.sigkill)
+    elif config.crash_at == step:  # a random instant from the start of the save on
+        rng = np.random.default_rng([config.crash_seed, step])
+        delay = float(rng.uniform(0, config.crash_window))
+        log.write("crash", step=step, phase="random", delay=round(delay, 5))
+        threading.Timer(delay, save_faults.sigkill).start()
+    with block:
+        return manager.save(checkpoint_number=step)
 
 
 class _NullLog:
@@ -423,6 +441,10 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     parser.add_argument(
         "--require-checkpoint", action="store_true", help="fail if there is nothing to resume"
     )
+    parser.add_argument("--crash-at", type=int, default=None, help="SIGKILL itself in this save")
+    parser.add_argument("--crash-in", choices=CRASH_IN, default=defaults.crash_in)
+    parser.add_argument("--crash-seed", type=int, default=defaults.crash_seed)
+    parser.add_argument("--crash-window", type=float, default=defaults.crash_window)
     args = parser.parse_args(argv)
     try:
         return RunConfig(**{k.replace("-", "_"): v for k, v in vars(args).items()})
@@ -535,8 +557,14 @@ def run_until_killed(
     return Outcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
 
 
-def run_to_end(config: RunConfig, *, timeout: float = 300.0, env: dict | None = None) -> Outcome:
-    """Run ``config`` in a new process to its end; :class:`RunFailed` unless it exits with 0."""
+def run_to_end(
+    config: RunConfig, *, timeout: float = 300.0, env: dict | None = None, crash: bool = False
+) -> Outcome:
+    """Run ``config`` in a new process to its end; :class:`RunFailed` unless it exits with 0.
+
+    With ``crash``, the end expected is the process killing itself (``config.crash_at``): then
+    :class:`RunFailed` unless it died of SIGKILL.
+    """
     start = time.monotonic()
     proc, out = _launch(config, env)
     try:
@@ -550,8 +578,11 @@ def run_to_end(config: RunConfig, *, timeout: float = 300.0, env: dict | None = 
             proc.kill()
             proc.wait()
         out.close()
-    if proc.returncode != 0:
-        raise _failure(f"the run failed (exit {proc.returncode})", proc, out, config)
+    expected = -signal.SIGKILL if crash else 0
+    if proc.returncode != expected:
+        raise _failure(
+            f"the run ended with exit {proc.returncode}, not {expected}", proc, out, config
+        )
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
     return Outcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
-from helpers import checkpoints
+from helpers import checkpoints, save_faults
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -118,16 +119,88 @@ def test_simulate_torn_save_refuses_bad_targets(saved, tmp_path):
         checkpoints.simulate_torn_save(tmp_path / "nowhere", 1)
 
 
-def test_state_file_naming_missing_files_is_an_error_not_a_fresh_start(saved):
-    directory, _ = saved
+def test_a_listed_checkpoint_with_missing_files_is_skipped_never_a_fresh_start(saved):
+    directory, snapshots = saved
     for path in directory.glob("ckpt-4.*"):
         path.unlink()
     assert tf.train.latest_checkpoint(str(directory)) is None  # the silent trap
-    with pytest.raises(checkpoints.CheckpointNotFoundError, match="missing or incomplete"):
-        checkpoints.latest_checkpoint(directory)
+    with pytest.warns(UserWarning, match="ckpt-4 is listed .* using ckpt-2"):
+        assert checkpoints.latest_checkpoint(directory) == str(directory / "ckpt-2")
     model, optimizer, step = _trained_objects()
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
+    with pytest.warns(UserWarning):
+        checkpoints.resume(checkpoint, directory, log=lambda m: None)
+    assert int(step.numpy()) == 2 and _same(model.get_weights(), snapshots[2])
+    # With no complete checkpoint left, it is an error, not a silent start from step 0.
+    for path in directory.glob("ckpt-2.*"):
+        path.unlink()
+    with pytest.raises(checkpoints.CheckpointNotFoundError, match="none of them has complete"):
+        checkpoints.latest_checkpoint(directory)
     with pytest.raises(checkpoints.CheckpointNotFoundError, match="ckpt-4"):
-        checkpoints.resume(tf.train.Checkpoint(model=model), directory)
+        checkpoints.resume(checkpoint, directory)
+    with pytest.raises(checkpoints.CheckpointNotFoundError):
+        checkpoints.repair(directory)  # nothing is deleted then
+    assert (directory / checkpoints.STATE_FILE).exists()
+
+
+def _state(directory) -> tuple[str, list[str]]:
+    state = tf.train.get_checkpoint_state(str(directory))
+    names = [os.path.basename(p) for p in state.all_model_checkpoint_paths]
+    return os.path.basename(state.model_checkpoint_path), names
+
+
+@pytest.mark.parametrize("phase", save_faults.PHASES)
+def test_a_save_interrupted_in_any_phase_is_repaired_to_the_last_commit(tmp_path, phase):
+    """In this process: the save of ckpt-5 stops in ``phase`` (max_to_keep=3, so it sweeps)."""
+    model, optimizer, step = _trained_objects()
+    checkpoint, manager = checkpoints.make_checkpoint(
+        tmp_path, model=model, optimizer=optimizer, step=step
+    )
+    for number in range(1, 5):
+        step.assign(number)
+        manager.save(checkpoint_number=number)
+    committed = model.get_weights()
+    _train(model, optimizer)
+    step.assign(5)
+    with pytest.raises(save_faults.SaveInterrupted), save_faults.interrupt_save(phase):
+        manager.save(checkpoint_number=5)
+    after_commit = phase in ("sweep", "restate")  # the rename of the state file is the commit
+    latest, _ = _state(tmp_path)
+    assert latest == ("ckpt-5" if after_commit else "ckpt-4")
+
+    repaired = checkpoints.repair(tmp_path)
+    assert os.path.basename(repaired.latest) == latest
+    names = sorted(os.listdir(tmp_path))
+    assert not [n for n in names if "_temp" in n or ".tmp" in n or "tempstate" in n], names
+    listed = _state(tmp_path)[1]
+    assert all(checkpoints.checkpoint_files(tmp_path / n) for n in listed)
+    assert listed == ([f"ckpt-{n}" for n in ((3, 4, 5) if after_commit else (2, 3, 4))])
+    assert checkpoints.repair(tmp_path).changed is False  # idempotent
+
+    other, other_opt, other_step = _trained_objects(seed=9)
+    restart, restart_manager = checkpoints.make_checkpoint(
+        tmp_path, model=other, optimizer=other_opt, step=other_step
+    )
+    checkpoints.resume(restart, tmp_path, require=True, log=lambda m: None)
+    assert int(other_step.numpy()) == (5 if after_commit else 4)
+    expected = model.get_weights() if after_commit else committed
+    assert _same(other.get_weights(), expected)
+    # The restarted run saves on as usual, and its manager keeps max_to_keep checkpoints.
+    other_step.assign(6)
+    restart_manager.save(checkpoint_number=6)
+    assert _state(tmp_path)[0] == "ckpt-6" and len(_state(tmp_path)[1]) == 3
+
+
+def test_repair_of_an_empty_or_missing_directory_does_nothing(tmp_path):
+    assert not checkpoints.repair(tmp_path / "nowhere").changed
+    result = checkpoints.repair(tmp_path)
+    assert result.latest is None and str(result).startswith("nothing to repair")
+
+
+def test_interrupt_save_refuses_an_unknown_phase():
+    with pytest.raises(ValueError, match="phase must be one of"):
+        with save_faults.interrupt_save("halfway"):
+            pass
 
 
 def test_missing_checkpoints_raise_clear_errors(saved, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -49,6 +50,10 @@ def _config(tmp_path, name: str, **changes) -> preemption.RunConfig:
         ({"hold_where": "anywhere"}, "hold_where must be one of"),
         ({"hold_at": 6, "hold_where": "before-commit"}, "multiple of 4"),
         ({"mode": "fit", "hold_at": 8, "hold_where": "before-commit"}, "needs mode='custom'"),
+        ({"crash_at": 6}, "crash_at needs mode='custom' and a checkpoint step"),
+        ({"mode": "fit", "crash_at": 8}, "crash_at needs mode='custom'"),
+        ({"crash_in": "halfway"}, "crash_in must be one of"),
+        ({"crash_window": 0.0}, "crash_window must be positive"),
     ],
 )
 def test_bad_configurations_are_refused(tmp_path, changes, message):
@@ -61,6 +66,8 @@ def test_command_line_round_trips(tmp_path):
     args = preemption.command(config)
     assert args[1:3] == ["-m", "helpers.preemption"]
     assert preemption.parse_args(args[3:]) == config
+    crash = _config(tmp_path, "x", crash_at=16, crash_in="sweep", crash_seed=3, crash_window=0.2)
+    assert preemption.parse_args(preemption.command(crash)[3:]) == crash
     assert "--require-checkpoint" not in preemption.command(_config(tmp_path, "x"))
 
 
@@ -178,7 +185,8 @@ def test_custom_loop_killed_inside_a_save_resumes_exactly(tmp_path, uninterrupte
     resumed = preemption.run_to_end(
         dataclasses.replace(config, hold_at=None, require_checkpoint=True), timeout=RUN_TIMEOUT
     )
-    start = resumed.events[1]
+    repair, start = resumed.events[1:3]  # the uncommitted save's files go first
+    assert repair["event"] == "repair" and f"ckpt-{kill_at}.index" in repair["removed"]
     assert start["event"] == "start" and start["start_step"] == kill_at - SAVE_EVERY
     done = resumed.events[-1]
     summary = _summary(config)
@@ -259,3 +267,93 @@ def test_a_finished_run_started_again_does_nothing(tmp_path, mode):
     new_events = preemption.read_progress(config.log_path)[steps_logged:]
     assert [e for e in new_events if e["event"] == "step"] == []
     assert new_events[-1]["event"] == "done"
+
+
+# ------------------------------------- SIGKILL in every phase of a save, then restart (slow)
+
+# Each link of the chain: (save step the process kills itself in, phase). Every restart resumes
+# the same run, so one chain covers every phase once and a few random instants. "sweep" and
+# "restate" need a fourth checkpoint (max_to_keep=3): by step 16 the chain has saved 4, 8, 12.
+CHAIN = [
+    (8, "shards"),
+    (8, "merge"),
+    (8, "commit"),
+    (8, "rename"),
+    (12, "random"),
+    (16, "sweep"),
+    (20, "restate"),
+    (24, "random"),  # the final save, where the independent check saw a restart fail
+]
+AFTER_COMMIT = ("sweep", "restate")  # the rename of the state file is the commit point
+
+
+def _committed_step(checkpoint_dir) -> int:
+    """The step the state file names at this moment (0 when there is none): the last commit."""
+    import re
+
+    state = checkpoint_dir / "checkpoint"
+    found = (
+        re.search(r'model_checkpoint_path: "ckpt-(\d+)"', state.read_text())
+        if state.exists()
+        else None
+    )
+    return int(found.group(1)) if found else 0
+
+
+@pytest.mark.slow
+def test_sigkill_in_every_phase_of_a_save_resumes_at_the_last_commit(tmp_path):
+    """One process per link, on one replica (fast to start): kill, restart, kill again, ...
+
+    The reference runs in this process; a run that survived every kill must end with the same
+    weights, bit for bit, never train a finished epoch again and never restart before the last
+    committed step.
+    """
+    import tensorflow as tf
+
+    start_time = time.monotonic()
+    config = _config(tmp_path, "run", replicas=1, per_replica_batch=64)
+    reference = preemption.train_custom(
+        _config(tmp_path, "reference", replicas=1, per_replica_batch=64),
+        tf.distribute.OneDeviceStrategy("/cpu:0"),
+    )
+    checkpoint_dir = tmp_path / "run" / "checkpoints"
+    window, landed = 0.05, []
+    for seed, (crash_at, phase) in enumerate(CHAIN):
+        before = _committed_step(checkpoint_dir)
+        link = dataclasses.replace(
+            config,
+            crash_at=crash_at,
+            crash_in=phase,
+            crash_seed=seed,
+            crash_window=window,
+            require_checkpoint=before > 0,
+        )
+        crashed = preemption.run_to_end(link, timeout=RUN_TIMEOUT, crash=True)
+        start = next(e for e in crashed.events if e["event"] == "start")
+        assert start["start_step"] == before, (phase, start, before)  # exactly the last commit
+        saves = [e["seconds"] for e in crashed.events if e["event"] == "checkpoint"]
+        window = max([window / 1.5, *saves]) * 1.5  # random kills: within a typical save
+        committed = _committed_step(checkpoint_dir)
+        previous = max((s for s in range(0, crash_at, SAVE_EVERY)), default=0)
+        if phase == "random":  # anywhere from the save's start to shortly after it
+            assert previous <= committed <= min(crash_at + SAVE_EVERY, TOTAL), committed
+            landed.append("before the commit" if committed == previous else "after it")
+        else:
+            assert committed == (crash_at if phase in AFTER_COMMIT else previous), phase
+
+    before = _committed_step(checkpoint_dir)
+    finished = preemption.run_to_end(
+        dataclasses.replace(config, require_checkpoint=True), timeout=RUN_TIMEOUT
+    )
+    assert next(e for e in finished.events if e["event"] == "start")["start_step"] == before
+    done = finished.events[-1]
+    assert done["event"] == "done" and done["optimizer_iterations"] == TOTAL
+    assert done["digest"] == reference["digest"]  # bit-identical to the uninterrupted run
+    summary = _summary(config)
+    assert summary["finished"] and summary["repeated_epochs"] == []
+    leftovers = [p.name for p in checkpoint_dir.iterdir() if "_temp" in p.name or ".tmp" in p.name]
+    assert leftovers == []
+    print(
+        f"\n{len(CHAIN)} kills ({len(CHAIN) - len(landed)} phases, random instants landed "
+        f"{landed}), {len(summary['runs'])} processes, {time.monotonic() - start_time:.0f} s"
+    )

@@ -190,18 +190,32 @@ def test_prefetch_note_sees_through_with_options(digits):
 # ----------------------------------------------------------------------- model problems
 
 
-def test_hidden_width_that_wastes_tiles_is_found_and_costed(digits):
+def test_hidden_width_below_one_tile_is_a_costed_note(digits):
     ds = clean_dataset(digits)
     report = readiness.check(ds, classifier(hidden=100), replicas=8)
     (finding,) = report.find("layer-tiles")
+    assert finding.severity == "note" and report.clean  # one tile is the least a layer costs
     assert "'hidden'" in finding.where and "100 units" in finding.what
-    assert "22%" in finding.why and "Use 128 units" in finding.fix
+    assert "22%" in finding.why and "Up to 128 units" in finding.fix
     fixed = readiness.check(ds, classifier(hidden=128), replicas=8)
     assert "layer-tiles" not in fixed.codes
     # The estimate of the whole model's padding shrinks when the hidden width fills its tiles.
     assert fixed.stats["tile_padding"] < report.stats["tile_padding"]
-    # The output layer (10 classes) is set by the task: a note, never a warning.
-    assert all("logits" not in f.where for f in fixed.problems)
+    # The output layer (10 classes) is set by the task: never a layer-tiles finding.
+    assert all("logits" not in f.where for f in report.find("layer-tiles"))
+
+
+def test_width_past_a_tile_is_a_warning_when_its_padding_is_a_large_share():
+    ds = spec_dataset()
+    report = readiness.check(ds, mlp(keras.layers.Dense(130, name="wide"), 256), compile_step=False)
+    (finding,) = report.find("layer-tiles")
+    assert finding.severity == "warning" and "'wide'" in finding.where
+    assert "Use 256 units" in finding.fix and "or 128" in finding.fix
+    assert "of the whole model's estimated matrix work" in finding.why
+    # The same width in a model whose other layers dominate its work: a note.
+    big = mlp(keras.layers.Dense(130, name="wide"), 2048, 2048)
+    (finding,) = readiness.check(ds, big, compile_step=False).find("layer-tiles")
+    assert finding.severity == "note"
 
 
 def test_conv_filters_are_checked_too():
@@ -437,13 +451,69 @@ def test_generator_objects_are_frozen_too_but_numpy_and_tf_random_are_not():
         return tf.reduce_mean(x) * rng.normal()
 
     assert "rng" in readiness.check(spec_dataset(), step=frozen).find("frozen-random")[0].what
+    counter = tf.Variable(0, dtype=tf.int64)
 
-    def fine(x, y):  # NumPy for a constant and TensorFlow for randomness: nothing frozen
-        noise = tf.random.stateless_uniform([], seed=[0, 1])
+    def fine(x, y):  # NumPy for a constant, TensorFlow for randomness seeded by a counter
+        noise = tf.random.stateless_uniform([], seed=tf.stack([tf.constant(0, tf.int64), counter]))
         return tf.reduce_mean(x) * np.float32(2.0) * noise
 
     report = readiness.check(spec_dataset(), step=fine)
     assert "frozen-random" not in report.codes and report.clean, report.text()
+
+
+def test_stateless_random_op_with_a_constant_seed_is_the_same_at_every_step():
+    def same_noise(x, y):
+        return tf.reduce_mean(x + tf.random.stateless_uniform(tf.shape(x), seed=[0, 1]))
+
+    (finding,) = readiness.check(spec_dataset(), step=same_noise).find("constant-seed")
+    assert finding.severity == "warning" and "at every step" in finding.what
+    assert "same_noise" in finding.where and "StatelessRandomGetKeyCounter" in finding.where
+    assert "optimizer.iterations" in finding.fix
+    # What the finding says is what happens: compiled, it returns the same value every call.
+    compiled = tf.function(same_noise, jit_compile=True)
+    x, y = tf.zeros([16, 64]), tf.zeros([16], tf.int32)
+    assert float(compiled(x, y)) == float(compiled(x, y))
+
+
+# ----------------------------------------------------------------------- Python in the pipeline
+
+
+def test_python_in_the_pipeline_is_named_with_its_function():
+    def decode(a):  # host Python, even though the shapes are restored afterwards
+        return a * 2.0
+
+    ds = tf.data.Dataset.from_tensor_slices(np.zeros((64, 8), np.float32))
+    ds = ds.map(lambda a: tf.ensure_shape(tf.py_function(decode, [a], tf.float32), [8]))
+    report = readiness.check(ds.batch(16, drop_remainder=True).prefetch(1), replicas=2)
+    (finding,) = report.find("python-in-pipeline")
+    assert finding.severity == "warning" and "pipeline functions" in report.checked
+    assert "dataset.map(lambda): tf.py_function(" in finding.where
+    assert "decode() at" in finding.where and "test_readiness.py" in finding.where
+    assert "TFRecords" in finding.fix
+
+    generated = tf.data.Dataset.from_generator(
+        lambda: iter(np.zeros((64, 8), np.float32)), output_signature=tf.TensorSpec([8])
+    )
+    (finding,) = readiness.check(generated.batch(16, drop_remainder=True)).find(
+        "python-in-pipeline"
+    )
+    assert "from_generator" in finding.where and "from_tensor_slices" in finding.fix
+
+
+def test_pipeline_augmentation_with_a_constant_seed_is_found():
+    def flip(a):
+        return tf.image.stateless_random_flip_left_right(a, seed=(3, 4))
+
+    raw = tf.data.Dataset.from_tensor_slices(np.zeros((64, 8, 8, 1), np.float32))
+    ds = raw.map(flip)
+    (finding,) = readiness.check(ds.batch(16, drop_remainder=True).prefetch(1)).find(
+        "constant-seed"
+    )
+    assert "dataset.map(flip)" in finding.where and "every epoch" in finding.what
+    # Keras' random layers keep their own seed state: not a constant seed.
+    layer = keras.layers.RandomFlip(seed=0)
+    keras_ds = raw.map(lambda a: layer(a, training=True)).batch(16, drop_remainder=True)
+    assert "constant-seed" not in readiness.check(keras_ds.prefetch(1)).codes
 
 
 def test_unbuilt_optimizer_is_reported_and_left_unbuilt():

@@ -30,15 +30,23 @@ dataset (from ``dataset.element_spec``, without reading any data)
     ``batch-tiles``      per-replica batch not a multiple of 8 (padding cost estimated)
     ``small-batch``      note: per-replica batch below 128
     ``no-prefetch``      note: the pipeline does not end with ``prefetch``
+pipeline functions (the traced ``map``, ``filter``, ``flat_map``, ... functions, never run)
+    ``python-in-pipeline``  ``tf.py_function``, ``tf.numpy_function`` or a Python generator
+                         (``Dataset.from_generator``) on the host: GIL-bound, the TPU waits
+    ``constant-seed``    a stateless random op seeded by a constant: the same "random" values
+                         for every element and epoch
 model
     ``model-outside-scope``  variables not created under ``strategy.scope()``
     ``float16-policy``   ``mixed_float16`` instead of the TPU's ``mixed_bfloat16``
-    ``layer-tiles``      a hidden width that wastes the 128-wide matrix units (cost estimated)
+    ``layer-tiles``      a hidden width that wastes the 128-wide matrix units (cost estimated):
+                         a warning only above one tile, when its padding is 10% or more of the
+                         model's estimated matrix work; below one tile, a note (free capacity)
     ``tile-padding``     note: the model's overall padding estimate, when it is large
 step (yours, or the model's forward and backward pass), traced once, never run
     ``step-not-traceable``  tracing fails, e.g. ``.numpy()`` on a tensor inside the step
     ``python-side-effect``  ``print``, a mutated list/dict/set, a rebound global: once per trace
     ``frozen-random``    Python or NumPy random numbers or clocks: frozen into the graph
+    ``constant-seed``    a stateless random op seeded by a constant: the same noise every step
     ``python-in-step``   ``tf.py_function`` / ``tf.numpy_function``: a host round trip, no XLA
     ``print-in-step``    ``tf.print``: runs on the host, every step
     ``xla-unsupported-op``  an op with no XLA kernel (checked op by op against XLA's registry)
@@ -58,6 +66,8 @@ What it cannot see
   the CPU; the TPU's op set is close to that, not identical. The tile padding is a
   back-of-the-envelope estimate over Dense and Conv layers (not attention, embeddings or
   depthwise convolutions); XLA's real layouts and fusions differ.
+- Constant seeds hidden behind function calls or control flow it does not fold (a seed computed
+  inside a ``tf.cond`` branch from a constant is taken as not constant).
 - Python side effects it cannot observe: in functions the step calls, in layer attributes or
   callbacks, or ones that change neither a list/dict/set nor a number/global it can see
   (``print`` is seen anywhere; random numbers and clocks only in the step's own code).
@@ -70,8 +80,10 @@ What it cannot see
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
 - Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
 
-The modules: ``report`` (what a check returns), ``inputs`` (dataset), ``model``, ``step`` (tracing),
-``side_effects`` and ``xla`` (what the traced step does), ``tpu_facts`` (the numbers behind them).
+The modules: ``report`` (what a check returns), ``inputs`` (dataset), ``pipeline`` (its functions),
+``model``, ``step`` (tracing), ``side_effects``, ``seeds`` and ``xla`` (what the traced step does),
+``tpu_facts`` (the numbers behind them). ``tests/test_readiness_corpus.py`` measures recall and
+false alarms on a corpus of planted problems and clean models (figures in the README).
 """
 
 from __future__ import annotations
@@ -80,6 +92,7 @@ from collections.abc import Callable
 
 from helpers.readiness.inputs import check_dataset
 from helpers.readiness.model import check_model
+from helpers.readiness.pipeline import check_pipeline
 from helpers.readiness.report import SEVERITIES, Finding, NotReady, Report
 from helpers.readiness.step import check_step
 
@@ -149,6 +162,7 @@ def check(
     )
     spec = dataset.element_spec
     check_dataset(dataset, spec, replicas, report, per_replica)
+    check_pipeline(dataset, report)
     if model is not None:
         check_model(model, strategy if strategy_given else None, report)
     if compile_step and (model is not None or step is not None):

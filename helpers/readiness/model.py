@@ -122,27 +122,22 @@ def _check_tiles(model, report: Report) -> None:
     if not layers:
         return
     report.checked.append("tile padding")
-    useful = padded = 0
-    for i, (layer, word, k, n, rows) in enumerate(layers):
-        useful += rows * k * n
-        padded += rows * round_up(k, TILE_COLS) * round_up(n, TILE_COLS)
-        waste = 1 - n / round_up(n, TILE_COLS)
-        if i == len(layers) - 1 or waste < WASTE_WARNING:
-            continue  # the last layer's width is the number of outputs: set by the task
+    padded_work = [
+        rows * round_up(k, TILE_COLS) * round_up(n, TILE_COLS) for _, _, k, n, rows in layers
+    ]
+    useful = sum(rows * k * n for _, _, k, n, rows in layers)
+    padded = sum(padded_work)
+    for (layer, word, _, n, _), work in zip(layers[:-1], padded_work, strict=False):
+        # The last layer's width is the number of outputs: set by the task, never reported.
         up, down = round_up(n, TILE_COLS), n // TILE_COLS * TILE_COLS
-        report.findings.append(
-            Finding(
-                "layer-tiles",
-                "warning",
-                f"layer '{layer.name}' has {n} {word}, not a multiple of {TILE_COLS}",
-                f"model '{model.name}', layer '{layer.name}' ({type(layer).__name__})",
-                f"The matrix units are {TILE_COLS} wide: {n} {word} are padded to {up}, so about "
-                f"{waste:.0%} of this layer's multiply work (and of the next layer's input) is "
-                "padding (an estimate).",
-                f"Use {up} {word}: the same step time on a TPU"
-                + (f" (or {down} if {n} was chosen to save time)." if down else "."),
-            )
-        )
+        waste = 1 - n / up
+        if waste < WASTE_WARNING:
+            continue
+        # Below one tile, the layer already costs the least it can (one tile): its padding is
+        # free capacity, not lost time. Above, the padded columns are time the model pays for;
+        # a warning when they are a sizeable share of the whole model's (estimated) work.
+        share = work * waste / padded if down else 0.0
+        report.findings.append(_layer_tiles(model, layer, word, n, waste, share))
     overall = 1 - useful / padded
     report.stats["tile_padding"] = round(overall, 4)
     if overall >= WASTE_WARNING:
@@ -161,3 +156,33 @@ def _check_tiles(model, report: Report) -> None:
                 f"multiples of {TILE_COLS}.",
             )
         )
+
+
+def _layer_tiles(model, layer, word: str, n: int, waste: float, share: float) -> Finding:
+    up, down = round_up(n, TILE_COLS), n // TILE_COLS * TILE_COLS
+    where = f"model '{model.name}', layer '{layer.name}' ({type(layer).__name__})"
+    what = f"layer '{layer.name}' has {n} {word}, not a multiple of {TILE_COLS}"
+    if not down:  # below one tile: advice, never a problem
+        return Finding(
+            "layer-tiles",
+            "note",
+            what,
+            where,
+            f"The matrix units are {TILE_COLS} wide: {n} {word} are padded to {up}, so about "
+            f"{waste:.0%} of this layer's multiply work is padding (an estimate). The layer "
+            f"already costs the least a layer can, one tile: the padding is unused capacity, not "
+            "lost time.",
+            f"Nothing to fix. Up to {up} {word} cost the same step time on a TPU, if the model "
+            "would gain from them.",
+        )
+    return Finding(
+        "layer-tiles",
+        "warning" if share >= WASTE_WARNING else "note",
+        what,
+        where,
+        f"The matrix units are {TILE_COLS} wide: {n} {word} are padded to {up}, so about "
+        f"{waste:.0%} of this layer's multiply work (and of the next layer's input) is padding: "
+        f"about {share:.0%} of the whole model's estimated matrix work, paid in step time.",
+        f"Use {up} {word} (the same step time on a TPU) or {down} (less time, if {n} was chosen "
+        "to save it).",
+    )

@@ -7,6 +7,7 @@ import re
 
 from helpers.readiness.inputs import components, kind_of
 from helpers.readiness.report import Finding, Report
+from helpers.readiness.seeds import add_constant_seeds, constant_seed_ops
 from helpers.readiness.side_effects import (
     Watch,
     add_side_effects,
@@ -139,6 +140,9 @@ def check_step(spec, model, step, replicas: int, report: Report, per_replica: bo
             return
     report.checked.append("step trace")
     add_side_effects(report, where, printed, watch.changed(), frozen_random(fn))
+    seeded = constant_seed_ops(concrete.graph.as_graph_def())
+    if seeded:
+        add_constant_seeds(report, f"{where}; op {', '.join(seeded[:3])}")
     reported, value_shape = check_graph_ops(concrete, where, report)
     if compile_args is None:
         report.skipped.append(

@@ -40,7 +40,7 @@ OP_WORDS = {
 }
 
 
-def _graph_nodes(concrete):
+def graph_nodes(concrete):
     """``(op type, node name, NodeDef)`` for the graph and every function in its library."""
     graph_def = concrete.graph.as_graph_def()
     for node in graph_def.node:
@@ -84,7 +84,7 @@ def check_graph_ops(concrete, where: str, report: Report) -> tuple[set[str], dic
     missing: dict[str, list[str]] = {}
     value_shape: dict[str, list[str]] = {}
     doubles = []
-    for op, name, node in _graph_nodes(concrete):
+    for op, name, node in graph_nodes(concrete):
         if op not in STRUCTURAL_OPS and _has_xla_kernel(op, cache) is False:
             missing.setdefault(op, []).append(name)
         if op in VALUE_SHAPE_OPS:

@@ -1,0 +1,113 @@
+"""Stop a checkpoint save at a chosen phase: fault injection for kill-and-resume (notebook 08).
+
+``tf.train.CheckpointManager.save`` goes through these phases, in this order (TensorFlow 2.19
+and 2.21); a preemption can land in any of them:
+
+``shards``   each shard's data and index are written into the folder ``ckpt-N_temp/``
+``merge``    ``ckpt-N.data-*`` and ``ckpt-N.index`` are put in place, then ``ckpt-N_temp/`` goes
+``commit``   the state file ``checkpoint`` is rewritten to name ``ckpt-N`` ...
+``rename``   ... first as ``checkpoint.tmp<hex>``, then renamed over the old one: the commit point
+``sweep``    checkpoints beyond ``max_to_keep`` are deleted, ``.index`` first, then the data
+``restate``  the state file is written once more, without the deleted checkpoints
+
+:func:`interrupt_save` calls your ``action`` at the start of one phase (for ``merge``: after the
+files are in place, before ``ckpt-N_temp/`` is deleted; for ``sweep``: right after the first
+``.index`` is deleted). In a separate process the action is a SIGKILL (``helpers.preemption
+--crash-in PHASE``); in a notebook it raises, which leaves the same files behind. It wraps
+private TensorFlow functions: a demonstration and test tool, never for production saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+
+PHASES = ("shards", "merge", "commit", "rename", "sweep", "restate")
+
+
+class SaveInterrupted(RuntimeError):
+    """Raised by :func:`crash` in place of a kill, when the process must survive (notebooks)."""
+
+
+def crash(phase: str) -> None:
+    """An action for :func:`interrupt_save`: raise :class:`SaveInterrupted`."""
+    raise SaveInterrupted(f"save interrupted in phase '{phase}'")
+
+
+def sigkill(phase: str = "") -> None:
+    """An action for :func:`interrupt_save`: SIGKILL this process (no cleanup of any kind)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def interrupt_save(phase: str, action: Callable[[str], None] = crash):
+    """Within the block, call ``action(phase)`` when a checkpoint save reaches ``phase``.
+
+    Only the first time in the block: later saves run normally. See the module docstring for
+    the phases.
+    """
+    from tensorflow.python.checkpoint import checkpoint_management as cm
+    from tensorflow.python.lib.io import file_io
+    from tensorflow.python.ops import gen_io_ops
+
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    fired, state_writes = [], []
+
+    def fire(now: str) -> None:
+        if now == phase and not fired:
+            fired.append(now)
+            action(now)
+
+    def merge(checkpoint_prefixes, destination_prefix, delete_old_dirs=True, **kwargs):
+        fire("shards")
+        result = originals["merge"](checkpoint_prefixes, destination_prefix, False, **kwargs)
+        fire("merge")
+        if delete_old_dirs:  # what the merge op would have done last
+            for prefix in checkpoint_prefixes:
+                _remove_tree(os.path.dirname(_text(prefix)))
+        return result
+
+    def update_state(save_dir, *args, **kwargs):
+        state_writes.append(save_dir)
+        fire("commit" if len(state_writes) == 1 else "restate")
+        return originals["state"](save_dir, *args, **kwargs)
+
+    def rename(old, new, overwrite=False):
+        if os.path.basename(_text(new)) == "checkpoint":
+            fire("rename")
+        return originals["rename"](old, new, overwrite)
+
+    def delete(filespec):
+        originals["delete"](filespec)
+        if _text(filespec).endswith(".index"):
+            fire("sweep")
+
+    targets = {
+        "merge": (gen_io_ops, "merge_v2_checkpoints", merge),
+        "state": (cm, "update_checkpoint_state_internal", update_state),
+        "rename": (file_io, "rename", rename),
+        "delete": (cm, "_delete_file_if_exists", delete),
+    }
+    originals = {key: getattr(module, name) for key, (module, name, _) in targets.items()}
+    for module, name, wrapper in targets.values():
+        setattr(module, name, wrapper)
+    try:
+        yield
+    finally:
+        for key, (module, name, _) in targets.items():
+            setattr(module, name, originals[key])
+
+
+def _text(value) -> str:
+    value = value.numpy() if hasattr(value, "numpy") else value
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    if path.endswith("_temp"):
+        shutil.rmtree(path, ignore_errors=True)
