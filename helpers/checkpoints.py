@@ -312,6 +312,7 @@ def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> 
     try:
         status.assert_existing_objects_matched()
     except AssertionError as err:
+        status.expect_partial()  # the error says it all; no second warning when status is freed
         raise CheckpointMismatchError(
             f"{path} holds {saved}, but these variables found no value in it: "
             f"{_unmatched(str(err))}. The names passed to tf.train.Checkpoint(...) or the "
@@ -323,6 +324,7 @@ def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> 
         try:
             status.assert_consumed()
         except AssertionError as err:
+            status.expect_partial()
             raise CheckpointMismatchError(
                 f"{path} holds values that nothing here takes: {_unmatched(str(err))}. To "
                 "restore only part of it (e.g. the model without its optimizer), pass "

@@ -40,10 +40,7 @@ def test_notebook_passed(path, summary):
 
 
 # Known to fail, with the reason; strict, so a fix shows up as a failure until removed here.
-KNOWN_STDERR = {
-    "08": "TensorFlow warns of unrestored checkpoint values (status.expect_partial() is not "
-    "called) and the damaged-checkpoint cell is not tagged; notebook 08 belongs to issue 17",
-}
+KNOWN_STDERR: dict[str, str] = {}
 STDERR_CASES = [
     pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_STDERR[p.name[:2]]))
     if p.name[:2] in KNOWN_STDERR
