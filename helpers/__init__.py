@@ -9,7 +9,8 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``loops``: custom training loops and the 8-vs-1-replica equivalence check (04)
 - ``precision``: bfloat16 and per-layer dtypes (05); ``pipelines``: ``tf.data`` that feeds a TPU (06)
 - ``topology``: TPU topologies and device assignments, drawn (07)
-- ``checkpoints`` and ``preemption``: saving, restoring and surviving a kill (08)
+- ``checkpoints``, ``preemption`` and ``save_faults``: saving, restoring, surviving a kill at any
+  instant of a save (08)
 - ``multiworker``: several worker processes on one machine (09)
 - ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
 - ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)

@@ -321,11 +321,14 @@ def _save(manager, step: int, config: RunConfig, log, hold_commit: bool) -> str:
     elif config.crash_at == step and config.crash_in != "random":
         log.write("crash", step=step, phase=config.crash_in)
         block = save_faults.interrupt_save(config.crash_in, save_faults.sigkill)
-    elif config.crash_at == step:  # a random instant from the start of the save on
+    elif config.crash_at == step:  # a random instant from the start of the save on ...
         rng = np.random.default_rng([config.crash_seed, step])
         delay = float(rng.uniform(0, config.crash_window))
         log.write("crash", step=step, phase="random", delay=round(delay, 5))
         threading.Timer(delay, save_faults.sigkill).start()
+        manager.save(checkpoint_number=step)
+        time.sleep(config.crash_window)  # ... to just after it, never in a later save
+        raise RuntimeError(f"the random kill did not come within {config.crash_window} s")
     with block:
         return manager.save(checkpoint_number=step)
 
