@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -49,12 +52,27 @@ STDERR_CASES = [
 ]
 
 
+# Measured on TensorFlow 2.19.1 (the Kaggle stack): XLA logs INFO and WARNING lines through absl
+# before absl::InitializeLog() runs, and neither TF_CPP_MIN_LOG_LEVEL (even 3) nor any other
+# environment variable reaches them; TensorFlow 2.20 and 2.21 do not print them. Only those
+# absl-format I/W lines, and absl's one-line preamble, are tolerated there; errors still fail.
+UNSILENCEABLE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called|[IW]\d{4} )"
+)
+
+
+def _tolerated(line: str) -> bool:
+    installed = runtime.tensorflow_distribution()
+    return bool(installed and installed[1].startswith("2.19.") and UNSILENCEABLE.match(line))
+
+
 @pytest.mark.parametrize("path", STDERR_CASES, ids=[p.stem for p in PATHS])
 def test_no_stderr_outside_cells_that_teach_it(path, summary):
     if path.name not in summary:
         pytest.skip("not selected in this run (NB=...)")
     executed = json.loads((Path(RUN) / "executed" / path.name).read_text(encoding="utf-8"))
-    found = run_notebooks.unexpected_stderr(executed)
+    found = run_notebooks.unexpected_stderr(executed, every_line=True)
+    found = [(cell, line) for cell, line in found if not _tolerated(line)]
     assert not found, (
         f"stderr in cells not tagged {run_notebooks.EXPECTED_STDERR_TAG!r}: silence it at the "
         f"source (helpers.quiet) or tag a cell that teaches it: {found}"

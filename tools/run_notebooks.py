@@ -61,8 +61,11 @@ def _version(name: str) -> str:
         return ""
 
 
-def unexpected_stderr(notebook: dict) -> list[tuple[int, str]]:
-    """(cell index, first line) of each stderr or error output in a cell not tagged for it."""
+def unexpected_stderr(notebook: dict, every_line: bool = False) -> list[tuple[int, str]]:
+    """(cell index, first line) of each stderr or error output in a cell not tagged for it.
+
+    With ``every_line``, one entry per non-empty line instead of per output.
+    """
     found = []
     for index, cell in enumerate(notebook.get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -76,8 +79,8 @@ def unexpected_stderr(notebook: dict) -> list[tuple[int, str]]:
                 text = source({"source": output.get("text", "")})
             else:
                 continue
-            first = next((line for line in text.splitlines() if line.strip()), "")
-            found.append((index, first[:200]))
+            lines = [line[:200] for line in text.splitlines() if line.strip()] or [""]
+            found += [(index, line) for line in (lines if every_line else lines[:1])]
     return found
 
 
