@@ -40,12 +40,15 @@ SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(e
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Full runs go to build/full, smoke runs to build/smoke.
 RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n))
+# make run executes one notebook at a time, so the ratios the lessons measure are not disturbed;
+# smoke and test run two at once (a notebook spends much of its time in one busy thread).
+JOBS ?= 2
 
 run: $(READY)
 	$(BIN)/python tools/run_notebooks.py $(RUN_ARGS)
 
 smoke: $(READY)
-	$(BIN)/python tools/run_notebooks.py --smoke $(RUN_ARGS)
+	$(BIN)/python tools/run_notebooks.py --smoke --jobs $(JOBS) $(RUN_ARGS)
 
 # Two pytest workers, one test file each at a time: much of a test's time is a fresh process
 # importing TensorFlow or waiting for a worker process, which overlaps well on 2 cores.
@@ -57,7 +60,7 @@ NOT_SLOW = $(if $(filter main,$(STACK)),,-m "not slow")
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
 test: $(READY) lint
 	$(BIN)/python tools/run_notebooks.py --smoke --out $(SMOKE_DIR) --cell-timeout 900 \
-		$(RUN_ARGS) || true
+		--jobs $(JOBS) $(RUN_ARGS) || true
 	FIELD_GUIDE_EXECUTED=$(SMOKE_DIR) $(PYTEST) tests $(NOT_SLOW)
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
@@ -69,7 +72,7 @@ test-slow: $(READY)
 
 test-notebooks: $(READY)
 	$(BIN)/python tools/run_notebooks.py --smoke --out $(SMOKE_DIR) --cell-timeout 900 \
-		$(RUN_ARGS) || true
+		--jobs $(JOBS) $(RUN_ARGS) || true
 	FIELD_GUIDE_EXECUTED=$(SMOKE_DIR) $(BIN)/python -m pytest tests/test_executed_notebooks.py \
 		-p no:cacheprovider
 

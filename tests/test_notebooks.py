@@ -228,3 +228,21 @@ def test_runner_reports_a_failing_cell(tmp_path):
     row = run_notebooks.run_one(nb, tmp_path / "build", smoke=True, cell_timeout=120)
     assert row["status"] == "FAILED"
     assert "boom" in row["error"] or "RuntimeError" in row["error"]
+
+
+def test_runner_with_two_jobs_keeps_each_notebooks_results_apart(tmp_path, monkeypatch, capsys):
+    # Each kernel learns where to write its results from the environment, so with two notebooks
+    # running at once each must still record its own numbers, and the table keeps file order.
+    code = "from helpers import results\nresults.record(which={n})"
+    first = _tiny_notebook(tmp_path / "01_first.ipynb", code.format(n=1))
+    second = _tiny_notebook(tmp_path / "02_second.ipynb", code.format(n=2))
+    out = tmp_path / "build"
+    monkeypatch.setattr(run_notebooks, "notebook_paths", lambda: [first, second])
+    monkeypatch.setattr(sys, "argv", ["run_notebooks.py", "--jobs", "2", "--out", str(out)])
+    assert run_notebooks.main() == 0
+    rows = json.loads((out / "summary.json").read_text())
+    assert [(r["notebook"], r["results"]) for r in rows] == [
+        ("01_first.ipynb", {"which": 1}),
+        ("02_second.ipynb", {"which": 2}),
+    ]
+    assert "2 at a time" in capsys.readouterr().out

@@ -163,6 +163,11 @@ def _summary(config):
     return preemption.summarize(preemption.read_progress(config.log_path), STEPS_PER_EPOCH)
 
 
+# Notebook 08 kills and resumes a custom loop and a fit run on every stack; these kill tests run
+# once per CI run, on the main stack (pytest -m slow).
+ALSO_IN_NOTEBOOK_08 = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The custom-loop run, never interrupted: what every resumed run must end with."""
@@ -173,6 +178,7 @@ def uninterrupted(tmp_path_factory):
     return done
 
 
+@ALSO_IN_NOTEBOOK_08
 def test_custom_loop_killed_inside_a_save_resumes_exactly(tmp_path, uninterrupted):
     kill_at = STEPS_PER_EPOCH + SAVE_EVERY  # mid-epoch 2, inside the save of step 12
     config = _config(tmp_path, "run", hold_at=kill_at, hold_where="before-commit")
@@ -199,6 +205,7 @@ def test_custom_loop_killed_inside_a_save_resumes_exactly(tmp_path, uninterrupte
     assert done["digest"] == uninterrupted["digest"]  # bit-identical to the uninterrupted run
 
 
+@ALSO_IN_NOTEBOOK_08
 def test_custom_loop_killed_while_running_resumes_exactly(tmp_path, uninterrupted):
     """No hold: the parent kills as soon as it reads step >= 10, wherever the child is then."""
     config = _config(tmp_path, "run", step_delay=0.25)  # a run that lasts long enough to be hit
@@ -218,6 +225,7 @@ def test_custom_loop_killed_while_running_resumes_exactly(tmp_path, uninterrupte
     assert resumed.events[-1]["digest"] == uninterrupted["digest"]
 
 
+@ALSO_IN_NOTEBOOK_08
 def test_fit_killed_mid_epoch_resumes_at_the_epoch_start(tmp_path):
     kill_at = STEPS_PER_EPOCH + 3  # three steps into the second epoch
     config = _config(tmp_path, "run", mode="fit", hold_at=kill_at)

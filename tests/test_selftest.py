@@ -60,6 +60,10 @@ plan = selftest.replace_check(
 sys.exit(cli.main(sys.argv[1:], plan=plan))
 """
 
+# The command runs end to end here; notebook 00 runs the same checks on every stack, so these
+# run once per CI run, on the main stack (pytest -m slow).
+ALSO_IN_NOTEBOOK_00 = pytest.mark.slow
+
 
 def _child_env(cache: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in TPU_MARKERS}
@@ -111,6 +115,7 @@ def _checks(run) -> dict:
 # --- The real run on the simulated TPU ---------------------------------------------------------
 
 
+@ALSO_IN_NOTEBOOK_00
 def test_the_command_passes_shows_progress_and_prints_the_report(clean):
     proc = clean["proc"]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -119,6 +124,7 @@ def test_the_command_passes_shows_progress_and_prints_the_report(clean):
     assert "# TPU self-test report" in proc.stdout and "Report written to" in proc.stdout
 
 
+@ALSO_IN_NOTEBOOK_00
 def test_json_has_every_section_and_every_check_in_order(clean):
     data = clean["json"]
     assert data["schema"] == report.SCHEMA and data["mode"] == "smoke" and data["passed"] is True
@@ -131,6 +137,7 @@ def test_json_has_every_section_and_every_check_in_order(clean):
         assert check["notebook"] and check["budget_seconds"] > 0
 
 
+@ALSO_IN_NOTEBOOK_00
 def test_markdown_has_every_section_check_and_environment_row(clean):
     md = clean["markdown"]
     for section in report.SECTIONS:
@@ -143,6 +150,7 @@ def test_markdown_has_every_section_check_and_environment_row(clean):
     assert "**PASSED**" in md and "TPU self-test report" in md
 
 
+@ALSO_IN_NOTEBOOK_00
 def test_environment_names_the_simulated_tpu_and_the_versions(clean):
     env = clean["json"]["environment"]
     assert list(env) == list(environment.LABELS)
@@ -157,6 +165,7 @@ def test_environment_names_the_simulated_tpu_and_the_versions(clean):
     assert "tensorflow-tpu" in env["install_route_for_platform"]
 
 
+@ALSO_IN_NOTEBOOK_00
 def test_each_check_carries_the_evidence_of_its_lesson(clean):
     c = _checks(clean)
     assert c["connect"]["evidence"]["replicas"] == 8
@@ -190,6 +199,7 @@ def test_each_check_carries_the_evidence_of_its_lesson(clean):
 # --- A planted failure -------------------------------------------------------------------------
 
 
+@ALSO_IN_NOTEBOOK_00
 def test_a_planted_replica_mismatch_fails_its_check_with_evidence(planted):
     assert planted["proc"].returncode == 1, planted["proc"].stderr[-4000:]
     check = _checks(planted)["replica_equivalence"]
@@ -199,6 +209,7 @@ def test_a_planted_replica_mismatch_fails_its_check_with_evidence(planted):
     assert planted["json"]["passed"] is False and planted["json"]["summary"]["fail"] == 1
 
 
+@ALSO_IN_NOTEBOOK_00
 def test_the_other_checks_still_ran_beside_the_planted_failure(planted):
     checks = _checks(planted)
     assert list(checks) == KEYS

@@ -13,6 +13,7 @@ a machine without a TPU (see README), so this is the only way they are tested he
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -63,41 +64,51 @@ def versions(report: dict) -> dict[str, str]:
 def main() -> int:
     problems = []
     print("Wheels by Python (tensorflow-tpu, --no-deps):")
-    for release in routes.RELEASES:
-        for python in routes.PYTHONS_CHECKED:
-            has_wheel = dry_run([release.requirement], python, deps=False) is not None
-            claimed = python in release.pythons
-            mark = "ok " if has_wheel == claimed else "BAD"
-            print(f"  {mark} {release.requirement:<24} Python {python}: wheel={has_wheel}")
-            if has_wheel != claimed:
-                problems.append(f"{release.requirement} on {python}: table says {claimed}")
+    pairs = [(r, python) for r in routes.RELEASES for python in routes.PYTHONS_CHECKED]
+    # Each pip call mostly waits on the index: ask them all at once, report in table order.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        reports = pool.map(lambda pair: dry_run([pair[0].requirement], pair[1], deps=False), pairs)
+        wheels = [report is not None for report in reports]
+    for (release, python), has_wheel in zip(pairs, wheels, strict=True):
+        claimed = python in release.pythons
+        mark = "ok " if has_wheel == claimed else "BAD"
+        print(f"  {mark} {release.requirement:<24} Python {python}: wheel={has_wheel}")
+        if has_wheel != claimed:
+            problems.append(f"{release.requirement} on {python}: table says {claimed}")
 
     print("Routes resolved with their dependencies:")
-    seen = set()
+    unique = {}
     for row in routes.route_table():
-        if row["tensorflow"] is None:
-            continue
-        route = routes.choose_route(row["platform"], row["python"])
-        install = route.commands[-1].split()[2:]  # after "pip install"
-        key = (tuple(install), route.python)
-        if key in seen:
-            continue
-        seen.add(key)
-        report = dry_run(install, route.python, deps=True)
+        if row["tensorflow"] is not None:
+            route = routes.choose_route(row["platform"], row["python"])
+            install = route.commands[-1].split()[2:]  # after "pip install"
+            unique.setdefault((tuple(install), route.python), route)
+
+    def resolve(item):
+        (install, python), route = item
+        report = dry_run(list(install), python, deps=True)
+        bare = None
+        if report is not None and not route.release.libtpu_pinned_by_wheel:
+            bare = dry_run([route.release.requirement], python, deps=True)
+        return report, bare
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        resolved = list(pool.map(resolve, unique.items()))
+    for ((install, python), route), (report, bare) in zip(unique.items(), resolved, strict=True):
+        command = " ".join(install)
         if report is None:
-            problems.append(f"{' '.join(install)} does not resolve on Python {route.python}")
-            print(f"  BAD {' '.join(install)} on Python {route.python}: does not resolve")
+            problems.append(f"{command} does not resolve on Python {python}")
+            print(f"  BAD {command} on Python {python}: does not resolve")
             continue
         got = versions(report)
         print(
-            f"  ok  {' '.join(install)} on Python {route.python}: tensorflow-tpu "
+            f"  ok  {command} on Python {python}: tensorflow-tpu "
             f"{got.get('tensorflow-tpu')}, libtpu {got.get('libtpu')}, keras {got.get('keras')}, "
             f"numpy {got.get('numpy')}"
         )
         if got.get("libtpu") != route.release.libtpu:
             problems.append(f"{route.name}: pip picks libtpu {got.get('libtpu')}")
         if not route.release.libtpu_pinned_by_wheel:
-            bare = dry_run([route.release.requirement], route.python, deps=True)
             newest = versions(bare).get("libtpu") if bare else None
             print(f"      without the pin pip would take libtpu {newest}")
 

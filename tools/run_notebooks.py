@@ -21,9 +21,11 @@ Writes, under ``build/full`` or ``build/smoke`` (or ``--out``):
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import platform
 import sys
@@ -160,7 +162,7 @@ def format_results(results: dict, limit: int = 3) -> str:
     return ", ".join(parts[:limit]) + more
 
 
-def markdown_table(rows: list[dict], header: str) -> str:
+def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> str:
     lines = [
         header,
         "",
@@ -191,16 +193,49 @@ def markdown_table(rows: list[dict], header: str) -> str:
     lines += [
         "",
         f"{passed} of {len(rows)} notebooks passed ({cached} unchanged, from the cache); "
-        f"{total:.0f} s of execution.",
+        f"{total:.0f} s of execution" + (f", {wall:.0f} s wall." if wall is not None else "."),
     ]
     return "\n".join(lines)
 
 
-def save(out: Path, rows: list[dict], header: str) -> str:
-    table = markdown_table(rows, header)
+def save(out: Path, rows: list[dict], header: str, wall: float | None = None) -> str:
+    table = markdown_table(rows, header, wall)
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
     (out / "summary.md").write_text(table + "\n")
     return table
+
+
+def in_order(paths: list[Path], done: dict[str, dict]) -> list[dict]:
+    return [done[p.name] for p in paths if p.name in done]
+
+
+def run_all(to_run: list[tuple[Path, str]], args, finished, previous: dict) -> None:
+    """Execute ``to_run``, ``args.jobs`` notebooks at a time, calling ``finished`` after each.
+
+    Each notebook runs in its own kernel whatever ``jobs`` is. With more than one job the
+    longest notebooks (by their last recorded time) start first, so the run ends sooner, and each
+    one is driven from its own worker process, since the results path travels in the
+    environment the kernel inherits.
+    """
+    print(f"Executing {len(to_run)} notebook(s), {args.jobs} at a time.", flush=True)
+    if args.jobs <= 1:
+        for path, key in to_run:
+            print(f"      {path.name} ...", flush=True)
+            finished(path, key, run_one(path, args.out, args.smoke, args.cell_timeout))
+        return
+    last_time = {name: hit["row"].get("seconds", 0) for name, hit in previous.items()}
+    ordered = sorted(to_run, key=lambda item: -last_time.get(item[0].name, 0))
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        futures = {}
+        for path, key in ordered:
+            futures[pool.submit(run_one, path, args.out, args.smoke, args.cell_timeout)] = (
+                path,
+                key,
+            )
+        for future in concurrent.futures.as_completed(futures):
+            path, key = futures[future]
+            finished(path, key, future.result())
 
 
 def main() -> int:
@@ -213,6 +248,12 @@ def main() -> int:
     )
     parser.add_argument("--force", action="store_true", help="with --cache: run everything anyway")
     parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="notebooks executed at once (default 1: timings stay clean)",
+    )
     args = parser.parse_args()
 
     paths = [p for p in notebook_paths() if not args.only or p.name.startswith(tuple(args.only))]
@@ -225,52 +266,57 @@ def main() -> int:
     cache_path = args.out / CACHE_FILE
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     header = f"Headless run ({mode} mode), {time.strftime('%Y-%m-%d %H:%M')}"
-    rows: list[dict] = []
     began = time.perf_counter()
-    try:
-        for i, path in enumerate(paths, 1):
-            key = cache_key(path, {"SMOKE_TEST": args.smoke})
-            hit = cache.get(path.name)
-            executed = args.out / "executed" / path.name
-            if args.cache and not args.force and hit and hit["key"] == key and executed.exists():
-                rows.append({**hit["row"], "status": "cached"})
-                print(
-                    f"[{i}/{len(paths)}] {path.name}: skipped, passed on {hit['when']} with this "
-                    "notebook, helpers, parameters and stack (FORCE=1 re-runs it)",
-                    flush=True,
-                )
-                continue
-            print(f"[{i}/{len(paths)}] {path.name} ...", flush=True)
-            row = run_one(path, args.out, args.smoke, args.cell_timeout)
-            rows.append(row)
-            if row["status"] == "passed":
-                cache[path.name] = {"key": key, "when": time.strftime("%Y-%m-%d %H:%M"), "row": row}
-            else:
-                cache.pop(path.name, None)
-            cache_path.write_text(json.dumps(cache, indent=2))
-            elapsed = time.perf_counter() - began
+    done: dict[str, dict] = {}  # notebook name -> row, in the order they finished
+    to_run = []
+    for i, path in enumerate(paths, 1):
+        key = cache_key(path, {"SMOKE_TEST": args.smoke})
+        hit = cache.get(path.name)
+        executed = args.out / "executed" / path.name
+        if args.cache and not args.force and hit and hit["key"] == key and executed.exists():
+            done[path.name] = {**hit["row"], "status": "cached"}
             print(
-                f"      {row['status']} in {row['seconds']} s (run so far: {elapsed:.0f} s)"
-                + (
-                    f"; unexpected stderr in {len(row['stderr'])} output(s)"
-                    if row.get("stderr")
-                    else ""
-                ),
+                f"[{i}/{len(paths)}] {path.name}: skipped, passed on {hit['when']} with this "
+                "notebook, helpers, parameters and stack (FORCE=1 re-runs it)",
                 flush=True,
             )
-            save(args.out, rows, header)
+        else:
+            to_run.append((path, key))
+
+    def finished(path: Path, key: str, row: dict) -> None:
+        done[path.name] = row
+        if row["status"] == "passed":
+            cache[path.name] = {"key": key, "when": time.strftime("%Y-%m-%d %H:%M"), "row": row}
+        else:
+            cache.pop(path.name, None)
+        cache_path.write_text(json.dumps(cache, indent=2))
+        elapsed = time.perf_counter() - began
+        stderr = row.get("stderr")
+        print(
+            f"      {path.name}: {row['status']} in {row['seconds']} s "
+            f"(run so far: {elapsed:.0f} s, {len(done)} of {len(paths)} done)"
+            + (f"; unexpected stderr in {len(stderr)} output(s)" if stderr else ""),
+            flush=True,
+        )
+        save(args.out, in_order(paths, done), header)
+
+    try:
+        run_all(to_run, args, finished, previous=cache)
     except KeyboardInterrupt:
         print("\nInterrupted: the summary below covers the notebooks that finished.")
-        rows.append(
-            {
-                "notebook": path.name,
-                "status": "interrupted",
-                "seconds": 0.0,
-                "error": "",
-                "results": {},
-            }
-        )
-    table = save(args.out, rows, header)
+        for path, _ in to_run:
+            done.setdefault(
+                path.name,
+                {
+                    "notebook": path.name,
+                    "status": "interrupted",
+                    "seconds": 0.0,
+                    "error": "",
+                    "results": {},
+                },
+            )
+    rows = in_order(paths, done)
+    table = save(args.out, rows, header, wall=time.perf_counter() - began)
     print("\n" + table)
     print(f"\nExecuted notebooks: {args.out / 'executed'}; summary: {args.out / 'summary.md'}")
     return 0 if all(row["status"] in ("passed", "cached") for row in rows) else 1
