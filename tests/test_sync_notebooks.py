@@ -155,26 +155,12 @@ def test_no_lesson_cell_imports_tensorflow_internals_or_types_navigation(path):
     assert sync.problems(notebook_files.read(path), path.name) == []
 
 
-# Code cells still over 25 lines; this list may only shrink (a split cell must leave it).
-LONG_CELLS_LEFT = {
-    "02_building_in_strategy_scope",
-    "03_keras_compile_and_fit",
-    "04_custom_training_loops",
-    "06_input_pipelines",
-    "07_model_parallelism",
-    "08_checkpoints_and_preemption",
-    "09_scaling_out_to_pods",
-    "10_tpu_readiness_check",
-}
-
-
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_code_cells_are_at_most_25_lines(path):
     long = sync.long_cells(notebook_files.read(path))
-    if path.stem in LONG_CELLS_LEFT:
-        assert long, f"{path.stem} has no long cell left: remove it from LONG_CELLS_LEFT"
-    else:
-        assert long == [], f"{path.name}: (cell, lines) over 25 lines: {long}; split them"
+    assert long == [], (
+        f"{path.name}: (cell, lines) over 25 lines: {long}; split where a reader pauses"
+    )
 
 
 # --- the setup cell's check of `helpers`, run for real in a fresh interpreter ---------------
