@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 from notebook_files import NOTEBOOKS, ROOT, dumps, notebook_paths, read, settings, source, tomllib
@@ -78,9 +79,9 @@ if found != f"{project} {{RELEASE[1:]}}":
 # chooses one with `setup = "..."` in its manifest entry; "tensorflow" is the default.
 SETUP_VARIANTS = {
     "tensorflow": (
-        "It then keeps TensorFlow's log lines out of the\ncells and checks that the TensorFlow "
-        "installed here can drive the hardware here: if TPU\nhardware is present but TensorFlow "
-        "cannot use it, the cell **stops** with the exact fix instead of\nletting you train on "
+        "It then keeps TensorFlow's log lines out of the cells and checks that the TensorFlow "
+        "installed here can drive the hardware here: if TPU hardware is present but TensorFlow "
+        "cannot use it, the cell **stops** with the exact fix instead of letting you train on "
         "the CPU by accident.",
         """
 from helpers import quiet, runtime
@@ -102,10 +103,9 @@ a small, quick version (what the headless test run uses), and `SIMULATED_REPLICA
 of replicas of the simulated TPU when only a CPU is present. Change them there, or pass them to
 papermill with `-p NAME value`.{extra}
 
-The cell after it is the same in every notebook. It installs this collection's small helper
+The cell after it comes from one template for all the notebooks. It installs this collection's small helper
 package where it is missing (Colab, Kaggle), and stops with what to do when the `helpers` it finds
-is a module of your own or another release.
-{variant}"""
+is a module of your own or another release. {variant}"""
 
 
 def urls(name: str, cfg: dict) -> dict[str, str]:
@@ -222,7 +222,9 @@ def setup_text(entry: dict, cfg: dict) -> str:
     explained, _ = SETUP_VARIANTS[entry.get("setup", "tensorflow")]
     extra = entry.get("parameters", "").strip()
     text = SETUP_TEXT.format(extra=f" {extra}" if extra else "", variant=explained)
-    return _fill(text, cfg)
+    heading, body = text.split("\n", 1)
+    paragraphs = [textwrap.fill(" ".join(p.split()), 99) for p in body.split("\n\n")]
+    return _fill("\n".join([heading, "\n\n".join(paragraphs)]), cfg)
 
 
 def preamble(entry: dict, name: str, cfg: dict, parameters: dict) -> list[dict]:
