@@ -138,9 +138,12 @@ def test_problems_a_sync_cannot_repair_are_reported():
     nb = _new_notebook()
     nb["cells"][3]["source"] = "from tensorflow.python.distribute import values"
     nb["cells"][4]["source"] = "## What to remember\n\n**Next:** [12](12_x.ipynb)"
+    nb["cells"].insert(4, _cell("markdown", "## Setup\nThe next cell is the same everywhere."))
+    nb["cells"][2:2] = [_cell("markdown", "x")] * 3  # the setup heading is now after the preamble
     found = sync.problems(nb, "11_new.ipynb")
-    assert len(found) == 2
-    assert "cell 3: imports tensorflow.python" in found[0] and "hand-typed" in found[1]
+    assert len(found) == 3, found
+    assert "cell 6: imports tensorflow.python" in found[0]
+    assert "cell 7: a second '## Setup'" in found[1] and "hand-typed" in found[2]
 
 
 def test_long_cells_are_listed_but_not_the_generated_setup(adopted):

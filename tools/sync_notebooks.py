@@ -306,6 +306,8 @@ def sync_notebook(
 
 TF_INTERNAL = re.compile(r"^\s*(from|import)\s+tensorflow\.python\b", re.MULTILINE)
 HAND_NEXT = re.compile(r"^\*\*Next:\*\*", re.MULTILINE)
+GENERATED_HEADING = re.compile(r"## (Setup|What you need)\s*$", re.MULTILINE)
+PREAMBLE_CELLS = 5  # title, badges, what you need, setup text, parameters: then the setup cell
 
 
 def problems(notebook: dict, name: str) -> list[str]:
@@ -321,6 +323,10 @@ def problems(notebook: dict, name: str) -> list[str]:
         if cell["cell_type"] == "markdown" and not text.startswith(NAV_MARKER):
             if HAND_NEXT.search(text):
                 found.append(f"{name}, cell {i}: a hand-typed **Next:** (navigation is generated)")
+            if i > PREAMBLE_CELLS and GENERATED_HEADING.match(text):
+                found.append(
+                    f"{name}, cell {i}: a second '{text.splitlines()[0]}' (it is generated)"
+                )
     return found
 
 
