@@ -113,10 +113,10 @@ def test_a_missing_or_incomplete_entry_is_named():
 
 def test_a_notebook_chooses_its_setup_variant(adopted):
     nb, manifest = adopted
-    manifest["11_new"]["setup"] = "helpers-only"
+    manifest["11_new"].update(setup="helpers-only", parameters="`SEED` picks the data.")
     text = _sources(sync.sync_notebook(nb, "11_new.ipynb", CFG, manifest, NAMES))
     assert "ensure_tensorflow" not in text[5] and "import helpers" in text[5]
-    assert "does not use TensorFlow" in text[3]
+    assert "does not use TensorFlow" in text[3] and "`-p NAME value`. `SEED` picks" in text[3]
 
 
 def test_adopted_entries_round_trip_through_the_manifest_file(tmp_path):
