@@ -5,7 +5,8 @@
 # build/benchmark.md; make bench-quick for the reduced mode the tests run), make sync (regenerate
 # derived cells and the README table, strip outputs), make lab (JupyterLab), make check-routes
 # (resolve every install route against the package index with pip --dry-run; installs nothing),
-# make selftest (the TPU self-test, build/self-test/tpu-self-test.md and .json).
+# make selftest (the TPU self-test, build/self-test/tpu-self-test.md and .json), make release
+# VERSION=X.Y.Z (set the version everywhere, regenerate, commit and tag locally; never pushes).
 #
 # STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
 #   main    this machine's python3 + TensorFlow 2.21 (requirements.txt): laptops, CI, Binder
@@ -35,7 +36,7 @@ NB ?=
 # One folder per environment (and per NB selection), so parallel runs never clobber each other.
 SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
 
-.PHONY: run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest clean
+.PHONY: run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Full runs go to build/full, smoke runs to build/smoke.
@@ -100,6 +101,10 @@ check-routes: $(READY)
 
 selftest: $(READY)
 	$(BIN)/python -m helpers.selftest --out build/self-test
+
+release: $(READY)
+	$(if $(VERSION),,$(error make release VERSION=X.Y.Z))
+	$(BIN)/python tools/release.py $(VERSION)
 
 $(READY): $(REQUIREMENTS) requirements-tools.txt pyproject.toml
 	$(if $(STACK_PYTHON),python3 tools/find_python.py $(STACK_PYTHON) >/dev/null)

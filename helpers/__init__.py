@@ -15,11 +15,19 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
 - ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)
 - ``models``, ``results``, ``plots``, ``checks``, ``timing``: small shared pieces
+- ``tf_internals``: the few TensorFlow internals a lesson shows on a CPU, each wrapped with the
+  reason (04, 07)
 
 TensorFlow is imported lazily, so ``import helpers`` works even where TensorFlow is missing
 (a fresh Colab TPU runtime) and can then tell the user what to install.
 """
 
 from helpers.strategy import connect, describe
+
+# Read by every notebook's setup cell before it uses anything else here: it confirms that
+# `import helpers` found this project's package, at the release the notebooks are written for,
+# and not a module of the reader's own that happens to share the name. tools/release.py sets both.
+__project__ = "tpu-field-guide"
+__version__ = "0.1.0"
 
 __all__ = ["connect", "describe"]

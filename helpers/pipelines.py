@@ -6,7 +6,11 @@ module holds what notebook 06 measures:
 - :func:`to_photos`, :func:`write_tfrecords`, :func:`read_tfrecords`, :func:`check_roundtrip`:
   a sharded TFRecord dataset of PNG-encoded images, written and read back exactly;
 - :func:`build_pipeline`: the same input pipeline at each optimisation stage of :data:`STAGES`,
-  from the typical tutorial version to a vectorised one;
+  from the typical tutorial version to a vectorised one, as one function for the self-test (00)
+  and the benchmark; notebook 06 teaches the stages as its own cells, and checks with
+  :func:`transformations` that they are built the same way;
+- :func:`read_tfrecords`, :func:`decode` and :func:`augment`: the reading and per-example work
+  every stage shares, incidental to the lesson;
 - :func:`compare_throughput` (examples per second and CPU work per example) and
   :func:`compare_timings`: measurements taken in one run, the candidates taking turns round by
   round, so that a busy machine slows every candidate alike;
@@ -299,6 +303,22 @@ def build_pipeline(
         options.deterministic = False
         ds = ds.with_options(options)
     return ds
+
+
+def transformations(dataset) -> list[str]:
+    """The transformations a ``tf.data`` pipeline is built of, source first (notebook 06).
+
+    For checking that two pipelines are built alike: e.g. ``["TFRecordDataset",
+    "ShuffleDataset", "RepeatDataset", "MapDataset", "BatchDataset"]``; a parallel ``map`` shows
+    as ``ParallelMapDataset``, ``with_options`` as ``OptionsDataset``. It follows tf.data's
+    private ``_input_dataset`` links, the only way to walk the chain; an interleave's file list
+    is one step.
+    """
+    names = []
+    while dataset is not None:
+        names.append(type(dataset).__name__.lstrip("_"))
+        dataset = getattr(dataset, "_input_dataset", None)
+    return names[::-1]
 
 
 def compare_timings(

@@ -170,6 +170,19 @@ def test_every_stage_yields_the_same_static_batches(files, photos, stage):
     assert seen <= set(photos[1].tolist())
 
 
+def test_transformations_tell_the_stages_apart(files):
+    steps = {
+        stage: pipelines.transformations(pipelines.build_pipeline(files, 8, stage, out_size=6))
+        for stage in pipelines.STAGES
+    }
+    assert len({tuple(s) for s in steps.values()}) == len(pipelines.STAGES)
+    assert steps["naive"][1:] == ["ShuffleDataset", "RepeatDataset", "MapDataset", "BatchDataset"]
+    assert "CacheDataset" not in steps["parallel"] and "CacheDataset" in steps["cache"]
+    assert steps["prefetch"] == steps["cache"] + ["PrefetchDataset"]
+    assert steps["non-deterministic"] == steps["prefetch"] + ["OptionsDataset"]
+    assert steps["vectorised"][-4:-2] == ["BatchDataset", "ParallelMapDataset"]  # augment batches
+
+
 @pytest.mark.parametrize(
     ("stage", "batch", "message"),
     [
