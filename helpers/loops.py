@@ -62,6 +62,10 @@ def _many_steps(strategy, replica_step):
         # A tensor, not a Python int: one trace serves every number of steps.
         return run_steps(iterator, tf.convert_to_tensor(steps, tf.int32))
 
+    # Each call of this function builds and traces its own run_steps, on purpose (one per model).
+    # TensorFlow counts traces per source line across all of them and, after five, warns of
+    # "retracing" that is not happening; that false alarm is turned off for this function only.
+    run_steps._omit_frequent_tracing_warning = True
     call.function = run_steps  # the tf.function itself, e.g. to count its traces
     return call
 

@@ -13,6 +13,7 @@ everything again; this module never lowers a level that is already set.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -51,6 +52,8 @@ def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
         logger = logging.getLogger(name)
         if logger.level in (logging.NOTSET, logging.DEBUG, logging.INFO):
             logger.setLevel(logging.WARNING)
+    if "tensorflow" in sys.modules:
+        _tensorflow_warnings_once()
     if not import_now or "tensorflow" in sys.modules:
         return []
     dropped: list[str] = []
@@ -69,7 +72,31 @@ def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
         elif line.strip():
             print(line, file=sys.stderr)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)  # TF may reset it on import
+    _tensorflow_warnings_once()
     return dropped
+
+
+def _tensorflow_warnings_once() -> None:
+    """Show each TensorFlow warning once, on stderr, and none after the kernel has gone.
+
+    TensorFlow's logger has its own handler, which writes to stdout in Jupyter; as soon as any
+    library calls ``logging.warning()`` the root logger gets a stderr handler too, and every
+    TensorFlow warning then appeared twice in the cell. Warnings belong on stderr (red in
+    Jupyter, where the notebooks' stderr check sees them), so the one copy goes there.
+    Objects freed while the interpreter shuts down (a checkpoint with unrestored values) log
+    once more when the kernel's output is already closed; those lines could never reach a cell,
+    and printed "--- Logging error ---" tracebacks on the terminal instead.
+    """
+    logger = logging.getLogger("tensorflow")
+    own = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)]
+    if own:  # TensorFlow adds none when the root logger was set up before it was imported
+        logger.propagate = False
+        for handler in own:
+            if handler.stream is sys.stdout:
+                handler.setStream(sys.stderr)
+    if not getattr(logger, "_field_guide_exit_hook", False):
+        atexit.register(setattr, logger, "disabled", True)
+        logger._field_guide_exit_hook = True
 
 
 def _quiet_absl() -> None:
