@@ -3,7 +3,8 @@
 Derived, and so never edited by hand:
 - each notebook's badge row (Open in Colab / Kaggle, View on GitHub), from its path and the
   ``[tool.tpu-field-guide]`` setting in pyproject.toml;
-- each notebook's setup cell, which installs the shared helpers where they are missing;
+- each notebook's setup cell, which installs the shared helpers where they are missing (and,
+  for the JAX notebooks, selects the backend before Keras is imported);
 - the kernelspec and language_info metadata that papermill and nbval need;
 - the notebook table in README.md, from each notebook's title and first paragraph;
 - the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01 shows).
@@ -49,6 +50,23 @@ from helpers import quiet, runtime
 quiet.quiet_tensorflow()
 # Stops here, with the exact fix, when TPU hardware is present but this TensorFlow can't use it.
 runtime.ensure_tensorflow()"""
+
+# Notebooks that run Keras on JAX in their own process: no TensorFlow there, so their setup
+# selects the backend (and the simulated devices on a CPU) before Keras or JAX is imported.
+JAX_NOTEBOOKS = {"12"}
+JAX_SETUP_TAIL = """from helpers import jax_port
+
+# Before Keras' and JAX's first import: the JAX backend, and on a CPU-only host
+# SIMULATED_REPLICAS devices. Stops with what to do if this process already imported TensorFlow.
+print(jax_port.configure(SIMULATED_REPLICAS))"""
+
+
+def setup_cell(name: str, cfg: dict) -> str:
+    """The generated setup cell of notebook ``name``: TensorFlow's, or JAX's for JAX_NOTEBOOKS."""
+    text = SETUP_TEMPLATE.format(marker=SETUP_MARKER, **cfg)
+    if name[:2] in JAX_NOTEBOOKS:
+        text = text.split("from helpers import quiet", 1)[0] + JAX_SETUP_TAIL
+    return text
 
 
 def urls(name: str, cfg: dict) -> dict[str, str]:
@@ -98,8 +116,7 @@ def sync_notebook(notebook: dict, name: str, cfg: dict) -> dict:
     )
     if params is None:
         raise SystemExit(f"{name}: no cell tagged 'parameters'")
-    setup = SETUP_TEMPLATE.format(marker=SETUP_MARKER, **cfg)
-    _put(cells, SETUP_MARKER, "code", setup, params + 1)
+    _put(cells, SETUP_MARKER, "code", setup_cell(name, cfg), params + 1)
     notebook["metadata"]["kernelspec"] = KERNELSPEC
     notebook["metadata"]["language_info"] = LANGUAGE_INFO
     return notebook
