@@ -100,7 +100,7 @@ def test_keras_on_jax_without_tensorflow(run_python):
         from helpers import jax_port
         jax_port.configure(8)
         import jax, keras, numpy as np
-        from helpers import data, fitting, models, results
+        from helpers import data, fitting, jax_port, loops, models, results  # as notebook 12
 
         devices = jax.devices()
         assert len(devices) == 8 and keras.backend.backend() == "jax"
