@@ -11,7 +11,7 @@ here:
 - :func:`batches`, a ``keras.utils.PyDataset`` of whole global batches (static shapes), the
   counterpart of ``data.make_dataset`` without ``tf.data``, with an optional per-host slice;
 - :func:`mesh_shape` and :func:`classifier_layout`, a device mesh and the ``LayoutMap`` that
-  shards the classifier's hidden layer;
+  shards the classifier's hidden layer, and :func:`placement`, where an array lives;
 - :func:`check_device_equivalence`, the same model trained under two distributions from the same
   weights on the same batches.
 
@@ -115,6 +115,16 @@ def classifier_layout(device_mesh, model_axis: str = "model"):
     layout["hidden/bias"] = (model_axis,)
     layout["logits/kernel"] = (model_axis, None)
     return layout
+
+
+def placement(array) -> str:
+    """How a JAX array is laid out: its partition spec, when it has one, and its device count.
+
+    One device gives a ``SingleDeviceSharding``, which has no spec.
+    """
+    devices = len(array.sharding.device_set)
+    spec = getattr(array.sharding, "spec", None)
+    return f"{spec} on {devices} device(s)" if spec is not None else f"on {devices} device(s)"
 
 
 def _batches_base():

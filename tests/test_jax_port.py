@@ -142,3 +142,14 @@ def test_keras_on_jax_without_tensorflow(run_python):
         assert ok and diff <= tolerance and devices == 8, (name, out[name])
     assert out["shards"] == [[64, 64]]  # 256 hidden units over a model axis of 4
     assert out["lr_diff"] > out["data"][2], "a 2% learning-rate change must exceed the tolerance"
+
+
+def test_placement_names_the_spec_and_the_devices():
+    class Sharded:
+        sharding = type("S", (), {"device_set": {1, 2}, "spec": "P('batch')"})()
+
+    class OneDevice:
+        sharding = type("S", (), {"device_set": {1}})()
+
+    assert jax_port.placement(Sharded()) == "P('batch') on 2 device(s)"
+    assert jax_port.placement(OneDevice()) == "on 1 device(s)"
