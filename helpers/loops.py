@@ -340,6 +340,24 @@ def check_replica_equivalence(
     start, multi, multi_loss, names = _train(strategy, *args, weights=None)
     _, single, single_loss, _ = _train(reference, *args, weights=start)
 
+    return compare_runs(
+        (replicas, reference.num_replicas_in_sync),
+        steps,
+        names,
+        start,
+        (multi, single),
+        (multi_loss, single_loss),
+        rtol,
+    )
+
+
+def compare_runs(replicas, steps, names, start, finals, losses, rtol) -> Equivalence:
+    """The :class:`Equivalence` of two runs from the same ``start`` weights.
+
+    ``replicas`` and ``losses`` are (run, reference) pairs; ``finals`` the two runs' final
+    weights, in the order of ``names``. Also used by ``jax_port`` (notebook 12).
+    """
+    multi, single = finals
     per_variable = {
         name: float(np.max(np.abs(a - b), initial=0.0))
         for name, a, b in zip(names, multi, single, strict=True)
@@ -353,12 +371,12 @@ def check_replica_equivalence(
             "nothing: use a learning rate above 0 and a trainable model"
         )
     return Equivalence(
-        replicas=replicas,
-        reference_replicas=reference.num_replicas_in_sync,
+        replicas=replicas[0],
+        reference_replicas=replicas[1],
         steps=steps,
         max_weight_diff=max(per_variable.values()),
         max_update=max_update,
         rtol=rtol,
-        losses=(multi_loss, single_loss),
+        losses=tuple(losses),
         per_variable=per_variable,
     )

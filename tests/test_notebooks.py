@@ -98,18 +98,23 @@ def test_badges_match_the_file_path(notebook):
 
 
 def test_setup_cell_follows_parameters(notebook):
-    _, nb = notebook
+    path, nb = notebook
     cells = nb["cells"]
     index = next(i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", []))
     setup = _source(cells[index + 1])
     assert setup.startswith(sync_notebooks.SETUP_MARKER)
-    assert "runtime.ensure_tensorflow()" in setup
+    variant = sync_notebooks.load_manifest()[path.stem].get("setup", "tensorflow")
+    if variant == "jax":  # Keras on JAX: no TensorFlow at all
+        assert "jax_port.configure(" in setup and "quiet_tensorflow" not in setup
+    elif variant == "tensorflow":
+        assert "runtime.ensure_tensorflow()" in setup
     assert notebook_files.settings()["release"] in setup
 
 
 # Notebooks with no input pipeline or model of their own, so nothing for the readiness check.
 NO_READINESS_CHECK = {
     "07": "topologies and device assignments only: no dataset, no Keras model",
+    "12": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
 }
 
 

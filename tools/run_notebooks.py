@@ -6,8 +6,8 @@
     python tools/run_notebooks.py --cache    # skip what is unchanged (make run, smoke and test)
 
 With ``--cache`` a notebook is skipped when it passed before with the same notebook file, the same
-helpers, the same parameters and the same Python and TensorFlow (``cache.json``), and the summary
-says so; ``--force`` re-executes anyway. Without it (tools/benchmark.py times this run) every
+helpers, the same parameters and the same Python, TensorFlow and JAX (``cache.json``), and the
+summary says so; ``--force`` re-executes anyway. Without it (tools/benchmark.py times this run) every
 notebook executes.
 
 Writes, under ``build/full`` or ``build/smoke`` (or ``--out``):
@@ -51,7 +51,7 @@ def cache_key(path: Path, parameters: dict) -> str:
         tensorflow = next(
             (_version(n) for n in ("tensorflow-cpu", "tensorflow-tpu") if _version(n)), ""
         )
-    stack = {"python": platform.python_version(), "tensorflow": tensorflow}
+    stack = {"python": platform.python_version(), "tensorflow": tensorflow, "jax": _version("jax")}
     digest.update(json.dumps([parameters, stack], sort_keys=True).encode())
     return digest.hexdigest()
 
@@ -143,6 +143,7 @@ HEADLINES = {
     "08": "killed run resumed with identical weights: {custom_identical_weights}; restored outputs differ by {restore_output_max_diff:.1e}",
     "09": "{workers} workers, final loss {final_loss:.3f}",
     "10": "{problems_as_written} problems found as written, {problems_fixed} after the fixes",
+    "12": "8 vs 1 devices, weights differ by {max_weight_diff:.1e}, sharded {sharded_max_weight_diff:.1e}",
 }
 
 

@@ -7,7 +7,8 @@ Derived, and so never edited by hand:
   ``helpers`` it finds is someone else's module or another release. Only the cell tagged
   ``parameters`` between them is the notebook's own. The texts come from ``notebooks/manifest.toml``
   (one entry per notebook), the links from the file names and the ``[tool.tpu-field-guide]``
-  setting in pyproject.toml;
+  setting in pyproject.toml. A notebook's ``setup`` entry picks its variant of the setup cell
+  (TensorFlow's by default; ``jax`` for Keras on JAX);
 - the navigation cell at the end of each notebook (previous, next), from the numbered file names;
 - the kernelspec and language_info metadata that papermill and nbval need;
 - the notebook table in README.md, from the manifest;
@@ -94,6 +95,18 @@ runtime.ensure_tensorflow()""",
     "helpers-only": (
         "This lesson does not use TensorFlow, so the cell does nothing more.",
         "",
+    ),
+    # Keras on JAX runs in its own process, without TensorFlow (notebook 12).
+    "jax": (
+        "This lesson runs Keras on JAX, without TensorFlow: the cell selects the JAX backend, and "
+        "on a CPU-only host `SIMULATED_REPLICAS` devices, before Keras or JAX is first imported, "
+        "and stops with what to do if this process has already imported TensorFlow.",
+        """
+from helpers import jax_port
+
+# Before Keras' and JAX's first import: the JAX backend, and on a CPU-only host
+# SIMULATED_REPLICAS devices. Stops with what to do if this process already imported TensorFlow.
+print(jax_port.configure(SIMULATED_REPLICAS))""",
     ),
 }
 

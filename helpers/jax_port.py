@@ -1,0 +1,259 @@
+"""Keras 3 on JAX: the collection's training with ``keras.distribution`` instead of TPUStrategy.
+
+Taught in notebook 12. Reused from the TensorFlow lessons unchanged, because they never touch
+TensorFlow: :func:`helpers.data.load_images`, :func:`helpers.models.build_classifier` and
+:class:`helpers.loops.Equivalence` (the 8-versus-1 verdict of notebook 04). What differs lives
+here:
+
+- :func:`configure` runs before Keras or JAX is first imported: it selects the JAX backend,
+  simulates devices on a CPU-only host and refuses a process that already imported TensorFlow
+  (on a TPU host, TensorFlow and JAX in one process both try to own the TPU);
+- :func:`batches`, a ``keras.utils.PyDataset`` of whole global batches (static shapes), the
+  counterpart of ``data.make_dataset`` without ``tf.data``, with an optional per-host slice;
+- :func:`mesh_shape` and :func:`classifier_layout`, a device mesh and the ``LayoutMap`` that
+  shards the classifier's hidden layer, and :func:`placement`, where an array lives;
+- :func:`check_device_equivalence`, the same model trained under two distributions from the same
+  weights on the same batches.
+
+Nothing here imports TensorFlow; Keras and JAX are imported inside the functions that need
+them, so importing this module never fixes the backend before :func:`configure` ran.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from helpers import loops, runtime
+from helpers.data import per_replica_batch
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+class RestartKernel(RuntimeError):
+    """This process already imported something that fixes the backend or the devices."""
+
+
+def accelerator_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
+    """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host."""
+    hints = runtime.tpu_hints(env, dev)
+    hints += sorted(str(p) for p in Path(dev).glob("nvidia[0-9]*"))
+    return hints
+
+
+def xla_flags(current: str, devices: int) -> str:
+    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept)."""
+    kept = [flag for flag in current.split() if not flag.startswith(DEVICE_COUNT_FLAG + "=")]
+    return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
+
+
+def configure(
+    simulated_devices: int = 8,
+    *,
+    env: dict[str, str] | None = None,
+    modules: Mapping[str, object] | None = None,
+    dev: str | Path = "/dev",
+) -> dict[str, str]:
+    """Prepare this process for Keras on JAX; return the environment variables it set.
+
+    Sets ``KERAS_BACKEND=jax`` and, when no TPU or GPU is in sight and ``simulated_devices`` >
+    1, ``XLA_FLAGS`` so that JAX's CPU platform shows that many devices (the counterpart of
+    the simulated TPU of notebook 01). Both only work before the first import of Keras and
+    JAX, so a process that already imported them with other settings, or that imported
+    TensorFlow at all, raises :class:`RestartKernel` with what to do. Calling it again with
+    the same settings (a re-run cell) is fine. ``env``, ``modules`` and ``dev`` default to
+    this process's; tests pass their own.
+    """
+    env = os.environ if env is None else env
+    modules = sys.modules if modules is None else modules
+    if isinstance(simulated_devices, bool) or not isinstance(simulated_devices, int):
+        raise ValueError(f"simulated_devices must be an int, got {simulated_devices!r}")
+    if simulated_devices < 1:
+        raise ValueError(f"simulated_devices must be at least 1, got {simulated_devices}")
+    if "tensorflow" in modules:
+        raise RestartKernel(
+            "TensorFlow is already imported in this process. On a TPU host TensorFlow and JAX "
+            "would both claim the TPU: restart the kernel and run this notebook on its own."
+        )
+    wanted = {"KERAS_BACKEND": "jax"}
+    if simulated_devices > 1 and not accelerator_hints(env, dev):
+        wanted["XLA_FLAGS"] = xla_flags(env.get("XLA_FLAGS", ""), simulated_devices)
+    for name in ("keras", "jax"):
+        if name in modules and any(env.get(k) != v for k, v in wanted.items()):
+            raise RestartKernel(
+                f"{name} is already imported with other settings ({', '.join(wanted)} must be "
+                "set before its first import): restart the kernel."
+            )
+    env.update(wanted)
+    return wanted
+
+
+def mesh_shape(devices: int, model: int = 4) -> tuple[int, int]:
+    """(batch, model) axes for ``devices``: ``model`` devices per copy when it divides, else 1."""
+    if devices < 1 or model < 1:
+        raise ValueError(f"need positive sizes, got devices={devices}, model={model}")
+    model = model if devices % model == 0 else 1
+    return devices // model, model
+
+
+def classifier_layout(device_mesh, model_axis: str = "model"):
+    """A ``LayoutMap`` for ``models.build_classifier``: the hidden layer split on ``model_axis``.
+
+    The hidden kernel (inputs x hidden) is split by columns and its bias with it, so each device
+    holds ``hidden / model`` units; the logits kernel (hidden x classes) is split by rows to
+    match. Every other variable stays replicated. Keys are regular expressions searched in each
+    variable's path (``classifier/hidden/kernel``).
+    """
+    import keras
+
+    layout = keras.distribution.LayoutMap(device_mesh)
+    layout["hidden/kernel"] = (None, model_axis)
+    layout["hidden/bias"] = (model_axis,)
+    layout["logits/kernel"] = (model_axis, None)
+    return layout
+
+
+def placement(array) -> str:
+    """How a JAX array is laid out: its partition spec, when it has one, and its device count.
+
+    One device gives a ``SingleDeviceSharding``, which has no spec.
+    """
+    devices = len(array.sharding.device_set)
+    spec = getattr(array.sharding, "spec", None)
+    return f"{spec} on {devices} device(s)" if spec is not None else f"on {devices} device(s)"
+
+
+def _batches_base():
+    import keras
+
+    return keras.utils.PyDataset
+
+
+def batches(
+    x: np.ndarray,
+    y: np.ndarray,
+    global_batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    process_index: int = 0,
+    process_count: int = 1,
+):
+    """A ``keras.utils.PyDataset`` of whole global batches, the ``tf.data``-free input pipeline.
+
+    Every batch has the same shape (the remainder is dropped, like ``drop_remainder=True``), so
+    XLA compiles the step once. With ``shuffle`` the order changes every epoch, drawn from
+    ``seed`` and the epoch number, so every host draws the same order. With several hosts
+    (``process_count`` > 1, e.g. ``jax.process_index()``/``jax.process_count()``), each host
+    yields only its slice of each global batch, as Keras on JAX expects of each process.
+    """
+    per_replica_batch(global_batch_size, process_count)
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+    if len(x) != len(y):
+        raise ValueError(f"{len(x)} inputs but {len(y)} labels")
+    steps = len(x) // global_batch_size
+    if steps < 1:
+        raise ValueError(f"only {len(x)} examples for a global batch of {global_batch_size}")
+    local = global_batch_size // process_count
+    base = _batches_base()
+
+    class Batches(base):
+        def __init__(self):
+            super().__init__()
+            self.epoch = 0
+            self._order = self._draw()
+
+        def _draw(self):
+            if not shuffle:
+                return np.arange(len(x))
+            return np.random.default_rng([seed, self.epoch]).permutation(len(x))
+
+        def __len__(self):
+            return steps
+
+        def __getitem__(self, index):
+            start = index * global_batch_size + process_index * local
+            rows = self._order[start : start + local]
+            return x[rows], y[rows]
+
+        def on_epoch_end(self):
+            self.epoch += 1
+            self._order = self._draw()
+
+    return Batches()
+
+
+def train_same_batches(
+    distribution,
+    make_model: Callable,
+    x: np.ndarray,
+    y: np.ndarray,
+    global_batch_size: int,
+    *,
+    steps: int,
+    weights: list[np.ndarray] | None = None,
+    learning_rate: float = 0.1,
+):
+    """Train under ``distribution`` for ``steps`` batches, in order; return start, end, loss.
+
+    The model is built in ``distribution.scope()`` (its variables take their layouts there),
+    starts from ``weights`` when given, and trains with plain SGD, whose update is proportional
+    to the gradient, on the first ``steps * global_batch_size`` rows.
+    """
+    import keras
+
+    needed = steps * global_batch_size
+    if len(x) < needed:
+        raise ValueError(f"{steps} steps of {global_batch_size} need {needed} rows; got {len(x)}")
+    with distribution.scope():
+        model = make_model()
+        if weights is not None:
+            model.set_weights(weights)
+        model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        start = [np.array(w) for w in model.get_weights()]
+        history = model.fit(
+            x[:needed], y[:needed], batch_size=global_batch_size, shuffle=False, verbose=0
+        )
+        end = [np.array(w) for w in model.get_weights()]
+    names = [v.path for v in model.weights]
+    return start, end, float(history.history["loss"][-1]), names
+
+
+def check_device_equivalence(
+    distribution,
+    reference,
+    make_model: Callable,
+    x: np.ndarray,
+    y: np.ndarray,
+    global_batch_size: int,
+    *,
+    steps: int = 3,
+    rtol: float = 1e-3,
+) -> loops.Equivalence:
+    """Train the same model under ``distribution`` and ``reference``; compare the final weights.
+
+    Both start from the weights ``make_model()`` draws under ``distribution`` and see the same
+    batches. The verdict is notebook 04's :class:`helpers.loops.Equivalence`: the runs agree
+    when the largest weight difference is below ``rtol`` times the largest update.
+    """
+    devices = len(distribution.device_mesh.devices.flatten())
+    reference_devices = len(reference.device_mesh.devices.flatten())
+    if devices == reference_devices:
+        raise ValueError(f"both distributions use {devices} device(s): nothing to compare")
+    per_replica_batch(global_batch_size, devices)
+    start, multi, multi_loss, names = train_same_batches(
+        distribution, make_model, x, y, global_batch_size, steps=steps
+    )
+    _, single, single_loss, _ = train_same_batches(
+        reference, make_model, x, y, global_batch_size, steps=steps, weights=start
+    )
+    pair, losses = (devices, reference_devices), (multi_loss, single_loss)
+    return loops.compare_runs(pair, steps, names, start, (multi, single), losses, rtol)

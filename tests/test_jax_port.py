@@ -1,0 +1,155 @@
+"""helpers.jax_port: Keras 3 on JAX (notebook 12).
+
+The pure functions are tested here; everything that needs Keras on the JAX backend runs in a
+fresh process that sets the backend first, as the notebook does, and checks that TensorFlow was
+never imported there.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import jax_port
+
+NO_ACCELERATOR = {"env": {}, "dev": "/nonexistent"}
+
+
+def test_configure_selects_jax_and_simulates_devices_on_a_cpu():
+    env = {"XLA_FLAGS": "--xla_cpu_foo=1 --xla_force_host_platform_device_count=2"}
+    wanted = jax_port.configure(8, env=env, modules={}, dev="/nonexistent")
+    assert env["KERAS_BACKEND"] == "jax" and wanted["KERAS_BACKEND"] == "jax"
+    assert env["XLA_FLAGS"] == "--xla_cpu_foo=1 --xla_force_host_platform_device_count=8"
+    # A re-run cell: Keras and JAX already imported with these settings is fine.
+    assert jax_port.configure(8, env=env, modules={"keras": 1, "jax": 1}, dev="/nonexistent")
+
+
+def test_configure_leaves_devices_alone_with_one_device_or_an_accelerator(tmp_path):
+    env = {}
+    assert "XLA_FLAGS" not in jax_port.configure(1, env=env, modules={}, dev="/nonexistent")
+    assert "XLA_FLAGS" not in env
+    tpu_env = {"ISTPUVM": "1"}
+    assert "XLA_FLAGS" not in jax_port.configure(8, env=tpu_env, modules={}, dev=tmp_path)
+    (tmp_path / "nvidia0").touch()
+    assert jax_port.accelerator_hints({}, tmp_path) == [str(tmp_path / "nvidia0")]
+    assert "XLA_FLAGS" not in jax_port.configure(8, env={}, modules={}, dev=tmp_path)
+
+
+def test_configure_refuses_tensorflow_and_a_backend_fixed_too_early():
+    with pytest.raises(jax_port.RestartKernel, match="TensorFlow is already imported"):
+        jax_port.configure(8, env={}, modules={"tensorflow": 1}, dev="/nonexistent")
+    env = {"KERAS_BACKEND": "tensorflow"}
+    with pytest.raises(jax_port.RestartKernel, match="keras is already imported"):
+        jax_port.configure(8, env=env, modules={"keras": 1}, dev="/nonexistent")
+    assert env == {"KERAS_BACKEND": "tensorflow"}  # nothing changed
+    with pytest.raises(jax_port.RestartKernel, match="jax is already imported"):
+        jax_port.configure(8, env={"KERAS_BACKEND": "jax"}, modules={"jax": 1}, dev="/x")
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError):
+            jax_port.configure(bad, env={}, modules={}, dev="/nonexistent")
+
+
+def test_mesh_shape():
+    assert jax_port.mesh_shape(8, 4) == (2, 4)
+    assert jax_port.mesh_shape(8, 8) == (1, 8)
+    assert jax_port.mesh_shape(6, 4) == (6, 1)  # 4 does not divide 6: no model axis
+    assert jax_port.mesh_shape(1) == (1, 1)
+    with pytest.raises(ValueError):
+        jax_port.mesh_shape(0)
+
+
+def test_batches_are_whole_reshuffled_and_sliced_per_host():
+    x = np.arange(50, dtype=np.float32)[:, None]
+    y = np.arange(50)
+    ordered = jax_port.batches(x, y, 16, shuffle=False)
+    assert len(ordered) == 3  # 50 // 16: the remainder is dropped
+    assert [b[0].shape for b in (ordered[0], ordered[1], ordered[2])] == [(16, 1)] * 3
+    np.testing.assert_array_equal(ordered[1][1], np.arange(16, 32))
+
+    shuffled = jax_port.batches(x, y, 16, seed=3)
+    first = np.concatenate([shuffled[i][1] for i in range(3)])
+    assert len(set(first)) == 48 and not np.array_equal(first, np.arange(48))
+    shuffled.on_epoch_end()
+    second = np.concatenate([shuffled[i][1] for i in range(3)])
+    assert not np.array_equal(first, second)  # a new order each epoch
+
+    # Two hosts draw the same order and each yields its half of every global batch.
+    hosts = [jax_port.batches(x, y, 16, seed=3, process_index=i, process_count=2) for i in (0, 1)]
+    for index in range(3):
+        halves = [host[index][1] for host in hosts]
+        assert [len(h) for h in halves] == [8, 8]
+        np.testing.assert_array_equal(
+            np.concatenate(halves), jax_port.batches(x, y, 16, seed=3)[index][1]
+        )
+
+    with pytest.raises(ValueError, match="does not split"):
+        jax_port.batches(x, y, 15, process_count=2)
+    with pytest.raises(ValueError, match="only 50 examples"):
+        jax_port.batches(x, y, 64)
+    with pytest.raises(ValueError, match="process_index"):
+        jax_port.batches(x, y, 16, process_index=2, process_count=2)
+
+
+def test_keras_on_jax_without_tensorflow(run_python):
+    """What notebook 12 does, small: 8 and 1 simulated devices agree, sharded or not."""
+    proc = run_python(
+        """
+        import json, sys
+        from helpers import jax_port
+        jax_port.configure(8)
+        import jax, keras, numpy as np
+        from helpers import data, fitting, jax_port, loops, models, results  # as notebook 12
+
+        devices = jax.devices()
+        assert len(devices) == 8 and keras.backend.backend() == "jax"
+        images = data.load_images("digits")
+        make = lambda: models.build_classifier(images.image_shape, hidden=256, l2=1e-4)
+        one = keras.distribution.DataParallel(devices=devices[:1])
+        mesh = keras.distribution.DeviceMesh((2, 4), ("batch", "model"), devices)
+        sharded = keras.distribution.ModelParallel(
+            layout_map=jax_port.classifier_layout(mesh), batch_dim_name="batch"
+        )
+        out = {}
+        for name, dist in (("data", keras.distribution.DataParallel(devices=devices)),
+                           ("model", sharded)):
+            eq = jax_port.check_device_equivalence(
+                dist, one, make, images.x_train, images.y_train, 64, steps=2
+            )
+            out[name] = [eq.ok, eq.max_weight_diff, eq.tolerance, eq.replicas]
+        with sharded.scope():
+            kernel = make().get_layer("hidden").kernel.value
+        out["shards"] = sorted({s.data.shape for s in kernel.addressable_shards})
+        # The tolerance is not vacuous: a 2% larger learning rate on the same batches is caught.
+        start, a, _, _ = jax_port.train_same_batches(
+            one, make, images.x_train, images.y_train, 64, steps=2
+        )
+        _, b, _, _ = jax_port.train_same_batches(
+            one, make, images.x_train, images.y_train, 64, steps=2, weights=start,
+            learning_rate=0.102,
+        )
+        out["lr_diff"] = max(float(np.max(np.abs(p - q))) for p, q in zip(a, b))
+        out["tensorflow"] = "tensorflow" in sys.modules
+        print(json.dumps(out))
+        """,
+        env={"KERAS_BACKEND": None, "XLA_FLAGS": None},
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["tensorflow"] is False, "TensorFlow was imported in the JAX process"
+    for name in ("data", "model"):
+        ok, diff, tolerance, devices = out[name]
+        assert ok and diff <= tolerance and devices == 8, (name, out[name])
+    assert out["shards"] == [[64, 64]]  # 256 hidden units over a model axis of 4
+    assert out["lr_diff"] > out["data"][2], "a 2% learning-rate change must exceed the tolerance"
+
+
+def test_placement_names_the_spec_and_the_devices():
+    class Sharded:
+        sharding = type("S", (), {"device_set": {1, 2}, "spec": "P('batch')"})()
+
+    class OneDevice:
+        sharding = type("S", (), {"device_set": {1}})()
+
+    assert jax_port.placement(Sharded()) == "P('batch') on 2 device(s)"
+    assert jax_port.placement(OneDevice()) == "on 1 device(s)"
