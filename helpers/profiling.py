@@ -38,7 +38,7 @@ _BATCH_EVENT = re.compile(r"^(IteratorGetNextOp::DoCompute|GetNextFromShard0)$")
 # An op execution on a compute thread is named "<node name>:<op type>".
 _OP_EVENT = re.compile(r"^(?P<node>[^:]+):(?P<type>[A-Za-z0-9_]+)$")
 # Thresholds of :func:`diagnose`, shares of the step time. See its docstring.
-INPUT_BOUND_SHARE = 0.3
+INPUT_BOUND_SHARE = 0.2
 HOST_OVERHEAD_STEPS_PER_CALL = 1
 
 
