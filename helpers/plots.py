@@ -1,4 +1,4 @@
-"""The plots the lessons draw, kept out of the notebooks' way (notebooks 03, 04, 06).
+"""The plots the lessons draw, kept out of the notebooks' way (notebooks 03, 04, 06, 11).
 
 matplotlib is imported when a plot is drawn, not when ``helpers`` is imported.
 """
