@@ -6,7 +6,8 @@ every thread of the host. This module turns that file into a handful of numbers 
 act on, and :func:`diagnose` turns the numbers into one of four verdicts:
 
 - :func:`capture` profiles the block it wraps (``tf.profiler.experimental.start``/``stop``);
-  :func:`step` marks one training step in it, as Keras' ``fit`` does by itself;
+  :func:`step` marks one training step in it, the marker the profiler's tools look for;
+  :func:`profile_calls` does both for a few calls of a function and extracts the result;
 - :func:`extract` reads the ``.xplane.pb`` into a small JSON-ready dict (kilobytes, not
   megabytes), and :func:`summarize` computes from that dict only: the share of each step spent
   waiting for input, the share in which ops were computing, training steps per call, the
@@ -29,7 +30,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-# The profiler's step marker: what Keras' fit records per step and what the tools look for.
+# The step marker: a TraceMe of this name with a step_num stat is a step to the profiler's tools.
 STEP_EVENT = "train"
 # Events that are the host or a replica waiting for the next batch of a tf.data iterator.
 _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIteratorGetNext")
