@@ -13,6 +13,8 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
   instant of a save (08)
 - ``multiworker``: several worker processes on one machine (09)
 - ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
+- ``profiling``: capture a profile and read it without TensorBoard: input waits, compute,
+  retracing, and a diagnosis (11)
 - ``jax_port``: the same training on Keras 3 with the JAX backend, never importing TensorFlow (12)
 - ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)
 - ``models``, ``results``, ``plots``, ``checks``, ``timing``: small shared pieces

@@ -1,4 +1,4 @@
-"""The plots the lessons draw, kept out of the notebooks' way (notebooks 03, 04, 06).
+"""The plots the lessons draw, kept out of the notebooks' way (notebooks 03, 04, 06, 11).
 
 matplotlib is imported when a plot is drawn, not when ``helpers`` is imported.
 """
@@ -59,5 +59,37 @@ def plot_bars(
     if title:
         ax.set_title(title)
     ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    return fig
+
+
+def plot_step_shares(shares: Mapping[str, Mapping[str, float]], title: str = ""):
+    """One horizontal bar per run, split into the shares of its step time (notebook 11).
+
+    ``shares`` maps a run's name to ``{part: share}``, e.g. ``{"input": 0.4, "compute": 0.5,
+    "other": 0.1}``; parts are stacked in the order of the first run and labelled when wide.
+    """
+    import matplotlib.pyplot as plt
+
+    if not shares:
+        raise ValueError("nothing to plot")
+    runs = list(shares)
+    parts = list(next(iter(shares.values())))
+    colors = ["#ea4335", "#4285f4", "#fbbc04", "#34a853", "#9aa0a6"]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(runs) + 1.4))
+    left = [0.0] * len(runs)
+    for i, part in enumerate(parts):
+        widths = [float(shares[run].get(part, 0.0)) for run in runs]
+        ax.barh(runs, widths, left=left, color=colors[i % len(colors)], label=part)
+        for y, (x, w) in enumerate(zip(left, widths, strict=True)):
+            if w >= 0.08:
+                ax.text(x + w / 2, y, f"{w:.0%}", ha="center", va="center", color="white")
+        left = [x + w for x, w in zip(left, widths, strict=True)]
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the step time")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(parts), frameon=False)
+    if title:
+        ax.set_title(title, pad=28)
     fig.tight_layout()
     return fig

@@ -86,6 +86,22 @@ def test_plot_bars_labels_ratios():
         plots.plot_bars({}, "x")
 
 
+def test_plot_step_shares_stacks_each_run():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    shares = {
+        "naive": {"input": 0.5, "compute": 0.4, "other": 0.1},
+        "fast": {"input": 0.05, "compute": 0.85, "other": 0.1},
+    }
+    fig = plots.plot_step_shares(shares, title="t")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 6  # 2 runs x 3 parts
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["input", "compute", "other"]
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plots.plot_step_shares({})
+
+
 def test_classifier_outputs_float32_logits_and_is_reproducible():
     import keras
 
