@@ -1,4 +1,4 @@
-"""TPU slices, their topologies and device assignments, built and drawn without a TPU (notebook 07).
+"""TPU slices, their topologies and device assignments, built without a TPU (notebook 07).
 
 TensorFlow describes a TPU slice with two objects:
 
@@ -16,15 +16,18 @@ notebook 07 compares them with the real topology when it runs on a TPU.
 
 The module also checks the divisibility rules of ``experimental_split_to_logical_devices`` and
 ``experimental_assign_to_logical_device`` before a TPU would, with errors that say what to change.
+``plot_assignments`` draws assignments; it lives in ``helpers.plots`` and is importable here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from helpers.plots import plot_assignments  # noqa: F401  (drawn in plots; notebook 07 calls it here)
 
 GIB = 2**30
 
@@ -397,110 +400,3 @@ def sharding_annotations(concrete_function) -> list[dict]:
             }
         )
     return found
-
-
-def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
-    """Draw device assignments: one panel per entry, chips as boxes, cores labelled ``r·l``.
-
-    Each core shows the replica (colour and ``r``) and the logical device (``l``) it serves;
-    on slices with several hosts, dashed outlines group the chips of one host. Slices with several z planes draw the planes
-    side by side. Returns the matplotlib figure.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    if not assignments:
-        raise ValueError("nothing to plot")
-    items = list(assignments.items())
-    columns = max(1, min(columns, len(items)))
-    rows = math.ceil(len(items) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.9 * rows), squeeze=False)
-    cmap = plt.get_cmap("tab20")
-    for ax, (title, assignment) in zip(axes.flat, items, strict=False):
-        replica, logical = assignment_grid(assignment)
-        topology = assignment.topology
-        nx, ny, nz, ncore = (int(m) for m in topology.mesh_shape)
-        several_hosts = topology.num_tasks > 1
-        for z in range(nz):
-            x0 = z * (nx + 0.6)
-            for x in range(nx):
-                for y in range(ny):
-                    ax.add_patch(
-                        Rectangle((x0 + x + 0.04, y + 0.04), 0.92, 0.92, fill=False, lw=1.2)
-                    )
-                    height = 0.62 if several_hosts else 0.8
-                    width = 0.84 / ncore
-                    for core in range(ncore):
-                        r, d = replica[x, y, z, core], logical[x, y, z, core]
-                        left = x0 + x + 0.08 + core * width
-                        color = _replica_color(cmap, r)
-                        ax.add_patch(
-                            Rectangle((left, y + 0.1), width, height, fc=color, ec="white", lw=1.5)
-                        )
-                        label = f"r{r}\nl{d}" if r >= 0 else "idle"
-                        ax.text(
-                            left + width / 2,
-                            y + 0.1 + height / 2,
-                            label,
-                            ha="center",
-                            va="center",
-                            fontsize=8,
-                        )
-                    if several_hosts:
-                        host = topology.task_ordinal_at_coordinates((x, y, z, 0))
-                        ax.text(
-                            x0 + x + 0.5,
-                            y + 0.83,
-                            f"host {host}",
-                            ha="center",
-                            va="center",
-                            fontsize=6.5,
-                            color="0.3",
-                        )
-            _outline_hosts(ax, topology, x0, z)
-        ax.set_xlim(-0.2, nz * (nx + 0.6) - 0.4)
-        ax.set_ylim(ny + 0.15, -0.15)  # y grows downwards, like a grid diagram
-        ax.set_aspect("equal")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        ax.set_title(
-            f"{title}\n{assignment.num_replicas} replica(s) x "
-            f"{assignment.num_cores_per_replica} logical device(s)",
-            fontsize=10,
-        )
-    for ax in list(axes.flat)[len(items) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    return fig
-
-
-def _replica_color(cmap, replica: int):
-    """Distinct colours first: tab20's dark shades for replicas 0-9, its light ones for 10-19."""
-    if replica < 0:
-        return "white"
-    return cmap((2 * replica) % 20 + (replica // 10) % 2)
-
-
-def _outline_hosts(ax, topology, x0: float, z: int) -> None:
-    """Dashed box around the chips of each host in plane ``z`` (only when there are several)."""
-    from matplotlib.patches import Rectangle
-
-    coords = np.asarray(topology.device_coordinates)
-    if coords.shape[0] < 2:
-        return
-    for devices in coords:
-        plane = devices[devices[:, 2] == z]
-        if not len(plane):
-            continue
-        (xmin, ymin), (xmax, ymax) = plane[:, :2].min(0), plane[:, :2].max(0)
-        ax.add_patch(
-            Rectangle(
-                (x0 + xmin - 0.02, ymin - 0.02),
-                xmax - xmin + 1.04,
-                ymax - ymin + 1.04,
-                fill=False,
-                ls="--",
-                lw=1.6,
-                color="0.25",
-            )
-        )
