@@ -87,52 +87,32 @@ class SliceSpec:
         return self.hbm_gib_per_chip / self.cores_per_chip
 
 
+# Where each slice's layout comes from, and how far it is verified.
+_LAYOUT_SOURCES = {
+    "v5e-1": "one chip with one core (Colab's free TPU): nothing to order",
+    "v5e-8": (
+        "2x4 chips, one core each, one host (Cloud TPU v5e docs); device order x-fastest "
+        "as JAX lists v5e devices: unverified on hardware for TensorFlow"
+    ),
+    "v3-8": (
+        "2x2 chips, two cores each, one host (Cloud TPU v3 docs); device order equals a "
+        "serialised topology of an 8-core v2/v3 host published in a public test file "
+        "(shawwn/gaping); not checked on hardware by this project"
+    ),
+    "v3-32": (
+        "4x4 chips over 4 hosts of 2x2 chips (Cloud TPU v3 docs); which host owns which "
+        "block, and the order of the hosts: unverified on hardware"
+    ),
+}
+# name: (chips, cores per chip, chips per host, HBM GiB per chip), as SliceSpec takes them.
+_SHAPES = {
+    "v5e-1": ((1, 1, 1), 1, (1, 1, 1), 16),
+    "v5e-8": ((2, 4, 1), 1, (2, 4, 1), 16),
+    "v3-8": ((2, 2, 1), 2, (2, 2, 1), 32),
+    "v3-32": ((4, 4, 1), 2, (2, 2, 1), 32),
+}
 SLICES: dict[str, SliceSpec] = {
-    spec.name: spec
-    for spec in (
-        SliceSpec(
-            "v5e-1",
-            chips=(1, 1, 1),
-            cores_per_chip=1,
-            host_chips=(1, 1, 1),
-            hbm_gib_per_chip=16,
-            layout_source="one chip with one core (Colab's free TPU): nothing to order",
-        ),
-        SliceSpec(
-            "v5e-8",
-            chips=(2, 4, 1),
-            cores_per_chip=1,
-            host_chips=(2, 4, 1),
-            hbm_gib_per_chip=16,
-            layout_source=(
-                "2x4 chips, one core each, one host (Cloud TPU v5e docs); device order x-fastest "
-                "as JAX lists v5e devices: unverified on hardware for TensorFlow"
-            ),
-        ),
-        SliceSpec(
-            "v3-8",
-            chips=(2, 2, 1),
-            cores_per_chip=2,
-            host_chips=(2, 2, 1),
-            hbm_gib_per_chip=32,
-            layout_source=(
-                "2x2 chips, two cores each, one host (Cloud TPU v3 docs); device order equals a "
-                "serialised topology of an 8-core v2/v3 host published in a public test file "
-                "(shawwn/gaping); not checked on hardware by this project"
-            ),
-        ),
-        SliceSpec(
-            "v3-32",
-            chips=(4, 4, 1),
-            cores_per_chip=2,
-            host_chips=(2, 2, 1),
-            hbm_gib_per_chip=32,
-            layout_source=(
-                "4x4 chips over 4 hosts of 2x2 chips (Cloud TPU v3 docs); which host owns which "
-                "block, and the order of the hosts: unverified on hardware"
-            ),
-        ),
-    )
+    name: SliceSpec(name, *shape, _LAYOUT_SOURCES[name]) for name, shape in _SHAPES.items()
 }
 
 

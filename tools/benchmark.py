@@ -2,6 +2,7 @@
 
     python tools/benchmark.py            # the full report (about 40 minutes on 2 busy CPU cores)
     python tools/benchmark.py --quick    # the reduced mode CI runs (a few minutes)
+    python tools/benchmark.py --no-suites  # full mode without timing the notebooks and tests
 
 Writes ``build/benchmark.md`` and ``build/benchmark.json`` (or under ``--out``). Every number is
 a ratio between a candidate and its baseline measured in the same run on the same hardware: the
@@ -19,6 +20,7 @@ times the headless notebook run (smoke mode) and the unit test suite.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -60,11 +62,11 @@ def run(settings: Settings, quick: bool, out: Path, timeout: float) -> dict:
         flush=True,
     )
     if not settings.notebooks_and_tests:
-        print("  skipped in --quick mode", flush=True)
+        print("  skipped in --quick mode (and with --no-suites)", flush=True)
     rows += [suites.notebooks_row(settings, out), suites.tests_row(settings)]
     for entry in rows:  # a row's own finding first, then what the measurement is
         found, about = entry.get("note", ""), report.note_for(entry["key"])
-        entry["note"] = f"{found}. {about}" if found and about else found or about
+        entry["note"] = f"{found}; {about}" if found and about else found or about
     versions = {"Python": platform.python_version()}
     versions.update(next((p["versions"] for p in processes if "versions" in p), {}))
     return {
@@ -84,12 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the reduced mode CI runs")
     parser.add_argument("--out", type=Path, default=ROOT / "build", help="where to write")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process")
+    parser.add_argument(
+        "--no-suites", action="store_true", help="do not time the notebooks and the unit tests"
+    )
     # Internal: how the parent starts a measuring process.
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tasks", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else FULL
+    if args.no_suites:
+        settings = dataclasses.replace(settings, notebooks_and_tests=False)
 
     if args.worker is not None:
         worker.run_worker(args.worker, args.tasks.split(","), settings, args.result)

@@ -47,7 +47,7 @@ def time_command(command: list[str], label: str, timeout: float) -> tuple[float,
 
 def _skipped(out: dict, settings: Settings) -> bool:
     if not settings.notebooks_and_tests:
-        out.update(status="skipped", reason="skipped in --quick mode")
+        out.update(status="skipped", reason="skipped in --quick mode (and with --no-suites)")
         return True
     return False
 
