@@ -1,6 +1,6 @@
-"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 03 to 07, 09).
+"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 03 to 07, 09, 10).
 
-Training curves and bar charts (03 to 06), TPU device assignments (07, also importable as
+Training curves and bar charts (03 to 06, 10), TPU device assignments (07, also importable as
 ``topology.plot_assignments``) and a multi-worker run (09, also ``multiworker.plot_run``).
 matplotlib is imported when a plot is drawn, not when ``helpers`` is imported.
 """
@@ -68,17 +68,18 @@ def plot_bars(
     return fig
 
 
-def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
+def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, grid):
     """Draw device assignments: one panel per entry, chips as boxes, cores labelled ``r·l``.
 
     Each core shows the replica (colour and ``r``) and the logical device (``l``) it serves;
-    on slices with several hosts, dashed outlines group the chips of one host. Slices with several z planes draw the planes
-    side by side. Returns the matplotlib figure. Taught in notebook 07.
+    on slices with several hosts, dashed outlines group the chips of one host. Slices with
+    several z planes draw the planes side by side. Returns the matplotlib figure. Taught in
+    notebook 07, which calls it as ``topology.plot_assignments``: that one passes
+    ``grid=topology.assignment_grid`` (the replica and logical device of every core), so this
+    module imports nothing from the modules that use it.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
-
-    from helpers.topology import assignment_grid
 
     if not assignments:
         raise ValueError("nothing to plot")
@@ -88,7 +89,7 @@ def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
     fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.9 * rows), squeeze=False)
     cmap = plt.get_cmap("tab20")
     for ax, (title, assignment) in zip(axes.flat, items, strict=False):
-        replica, logical = assignment_grid(assignment)
+        replica, logical = grid(assignment)
         topology = assignment.topology
         nx, ny, nz, ncore = (int(m) for m in topology.mesh_shape)
         several_hosts = topology.num_tasks > 1

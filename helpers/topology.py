@@ -16,18 +16,18 @@ notebook 07 compares them with the real topology when it runs on a TPU.
 
 The module also checks the divisibility rules of ``experimental_split_to_logical_devices`` and
 ``experimental_assign_to_logical_device`` before a TPU would, with errors that say what to change.
-``plot_assignments`` draws assignments; it lives in ``helpers.plots`` and is importable here.
+:func:`plot_assignments` draws assignments with ``helpers.plots``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from helpers.plots import plot_assignments  # noqa: F401  (drawn in plots; notebook 07 calls it here)
+from helpers import plots
 
 GIB = 2**30
 
@@ -380,3 +380,8 @@ def sharding_annotations(concrete_function) -> list[dict]:
             }
         )
     return found
+
+
+def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
+    """Draw device assignments, one panel each (``helpers.plots.plot_assignments``; notebook 07)."""
+    return plots.plot_assignments(assignments, columns, grid=assignment_grid)
