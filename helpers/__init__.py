@@ -8,7 +8,7 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``fitting``: strategy-aware ``compile``/``fit`` choices and a one-device loss check (03)
 - ``loops``: custom training loops and the 8-vs-1-replica equivalence check (04)
 - ``precision``: bfloat16 and per-layer dtypes (05); ``pipelines``: ``tf.data`` that feeds a TPU (06)
-- ``topology``: TPU topologies and device assignments, drawn (07)
+- ``topology``: TPU topologies and device assignments, built (07; drawn by ``plots``)
 - ``checkpoints``, ``preemption`` and ``save_faults``: saving, restoring, surviving a kill at any
   instant of a save (08)
 - ``multiworker``: several worker processes on one machine (09)
@@ -17,7 +17,8 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
   retracing, and a diagnosis (11)
 - ``jax_port``: the same training on Keras 3 with the JAX backend, never importing TensorFlow (12)
 - ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)
-- ``models``, ``results``, ``plots``, ``checks``, ``timing``: small shared pieces
+- ``models``, ``results``, ``checks``: small shared pieces; one home each for every clock
+  (``timing``), every plot (``plots``) and the TPU's tile and chip facts (``tpu_facts``)
 - ``tf_internals``: the few TensorFlow internals a lesson shows on a CPU, each wrapped with the
   reason (04, 07)
 

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-TPU_SUBLANES = 8  # a TPU core's vector registers hold 8 rows: batches are padded to a multiple
-TPU_MXU_ROWS = 128  # the matrix unit multiplies 128-row tiles: the batch that fills it
+from helpers import timing
+from helpers.tpu_facts import BATCH_FOR_MXU, TILE_ROWS, round_up
 
 # Reproduced on this project's machines with TF 2.19.1 and 2.21.0, Keras 3.8 to 3.15: under a
 # MirroredStrategy whose cross-device ops are collective all-reduces (its default), Keras' fit
@@ -48,7 +47,7 @@ class BatchPlan:
     @property
     def padded_per_replica(self) -> int:
         """The rows a TPU core really computes: the per-replica batch rounded up to 8."""
-        return -(-self.per_replica // TPU_SUBLANES) * TPU_SUBLANES
+        return round_up(self.per_replica, TILE_ROWS)
 
     @property
     def wasted_fraction(self) -> float:
@@ -57,15 +56,15 @@ class BatchPlan:
 
     @property
     def advice(self) -> str:
-        if self.per_replica % TPU_MXU_ROWS == 0:
-            return f"a multiple of {TPU_MXU_ROWS}: fills the TPU's matrix unit"
-        if self.per_replica % TPU_SUBLANES == 0:
+        if self.per_replica % BATCH_FOR_MXU == 0:
+            return f"a multiple of {BATCH_FOR_MXU}: fills the TPU's matrix unit"
+        if self.per_replica % TILE_ROWS == 0:
             return (
-                f"a multiple of {TPU_SUBLANES}: no padding, but {TPU_MXU_ROWS} per core would "
+                f"a multiple of {TILE_ROWS}: no padding, but {BATCH_FOR_MXU} per core would "
                 "fill the matrix unit (fine when the dataset is small)"
             )
         return (
-            f"not a multiple of {TPU_SUBLANES}: a TPU core pads it to {self.padded_per_replica} "
+            f"not a multiple of {TILE_ROWS}: a TPU core pads it to {self.padded_per_replica} "
             f"rows and throws {self.wasted_fraction:.0%} of its work away"
         )
 
@@ -303,7 +302,6 @@ def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
     timed: use it when its weights no longer matter, or a copy. ``dataset`` must repeat
     (``steps`` per epoch). Taught in notebook 03.
     """
-    import keras
     import tensorflow as tf
 
     for label, value in (("steps", steps), ("epochs", epochs)):
@@ -314,19 +312,7 @@ def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
         # A finite dataset makes Keras cut epochs short or start the data over: no steady state.
         raise ValueError("the dataset must repeat forever (dataset.repeat()) to time fit")
 
-    class EpochClock(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.seconds = []
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            # Keras has fetched the epoch's logs by now, so the device work is finished.
-            self.seconds.append(time.perf_counter() - self.start)
-
-    clock = EpochClock()
+    clock = timing.epoch_timer()
     model.fit(dataset, epochs=1 + epochs, steps_per_epoch=steps, callbacks=[clock], verbose=0)
     if len(clock.seconds) != 1 + epochs:
         raise RuntimeError(

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
+
 LOOPBACK = "127.0.0.1"
 PARENT_PID_ENV = "FIELD_GUIDE_PARENT_PID"
 # Worker output lines that mean "my port was taken" (gRPC's and the OS's wording).
@@ -560,48 +562,6 @@ def replay_in_one_process(
     return [v.numpy() for v in model.weights]
 
 
-def plot_run(run: LoopbackRun, examples: int = 96):
-    """Two panels: which worker read each of the first ``examples`` examples, and each loss curve.
-
-    Left: one row per worker, a mark where that worker read the example, and a last row marking
-    examples read by more than one worker (empty when the shards are disjoint). Right: the loss
-    every worker saw, step by step; identical training draws the curves on top of each other.
-    Returns the matplotlib figure (notebook 09).
-    """
-    import matplotlib.pyplot as plt
-
-    workers = sorted(run.workers, key=lambda w: w.task_id)
-    read = np.zeros((len(workers) + 1, examples))
-    for row, worker in enumerate(workers):
-        ids = np.asarray(worker.example_ids)
-        read[row, np.unique(ids[ids < examples])] = 1
-    read[-1] = read[:-1].sum(axis=0) > 1
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4), width_ratios=(3, 2))
-    left.imshow(read, aspect="auto", cmap="Blues", vmin=0, vmax=1.4, interpolation="nearest")
-    left.set_yticks(
-        range(len(workers) + 1),
-        [f"worker {w.task_id}" for w in workers] + ["read by two"],
-    )
-    left.set_xlabel("example number")
-    left.set_title(f"which worker read examples 0-{examples - 1}")
-    steps = len(workers[0].losses)
-    for n, worker in enumerate(workers):
-        right.plot(
-            range(1, steps + 1),
-            worker.losses,
-            marker="o",
-            lw=4 - 2 * n / max(1, len(workers) - 1),
-            label=f"worker {worker.task_id}",
-        )
-    right.set_xlabel("step")
-    right.set_ylabel("global batch loss")
-    right.set_title("loss seen by each worker")
-    right.grid(alpha=0.3)
-    right.legend()
-    fig.tight_layout()
-    return fig
-
-
 def _load_outcome(prefix: Path, run: WorkerRun) -> WorkerOutcome:
     report_path = prefix.with_suffix(".json")
     if not report_path.exists():
@@ -742,7 +702,7 @@ def _die_with_parent() -> None:
         threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="One worker of helpers.multiworker's cluster.")
     parser.add_argument("--hold-network", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=".npz file with arrays x and y")
@@ -763,4 +723,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _main()

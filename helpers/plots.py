@@ -1,11 +1,16 @@
-"""The plots the lessons draw, kept out of the notebooks' way (notebooks 03, 04, 06, 11).
+"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 03 to 07, 09 to 11).
 
+Training curves and bar charts (03 to 06, 10), the shares of a profiled step (11), TPU device assignments (07, also importable as
+``topology.plot_assignments``) and a multi-worker run (09, also ``multiworker.plot_run``).
 matplotlib is imported when a plot is drawn, not when ``helpers`` is imported.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 
 def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: str = ""):
@@ -91,5 +96,158 @@ def plot_step_shares(shares: Mapping[str, Mapping[str, float]], title: str = "")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(parts), frameon=False)
     if title:
         ax.set_title(title, pad=28)
+    fig.tight_layout()
+    return fig
+
+
+def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, grid):
+    """Draw device assignments: one panel per entry, chips as boxes, cores labelled ``r·l``.
+
+    Each core shows the replica (colour and ``r``) and the logical device (``l``) it serves;
+    on slices with several hosts, dashed outlines group the chips of one host. Slices with
+    several z planes draw the planes side by side. Returns the matplotlib figure. Taught in
+    notebook 07, which calls it as ``topology.plot_assignments``: that one passes
+    ``grid=topology.assignment_grid`` (the replica and logical device of every core), so this
+    module imports nothing from the modules that use it.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    if not assignments:
+        raise ValueError("nothing to plot")
+    items = list(assignments.items())
+    columns = max(1, min(columns, len(items)))
+    rows = math.ceil(len(items) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.9 * rows), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    for ax, (title, assignment) in zip(axes.flat, items, strict=False):
+        replica, logical = grid(assignment)
+        topology = assignment.topology
+        nx, ny, nz, ncore = (int(m) for m in topology.mesh_shape)
+        several_hosts = topology.num_tasks > 1
+        for z in range(nz):
+            x0 = z * (nx + 0.6)
+            for x in range(nx):
+                for y in range(ny):
+                    ax.add_patch(
+                        Rectangle((x0 + x + 0.04, y + 0.04), 0.92, 0.92, fill=False, lw=1.2)
+                    )
+                    height = 0.62 if several_hosts else 0.8
+                    width = 0.84 / ncore
+                    for core in range(ncore):
+                        r, d = replica[x, y, z, core], logical[x, y, z, core]
+                        left = x0 + x + 0.08 + core * width
+                        color = _replica_color(cmap, r)
+                        ax.add_patch(
+                            Rectangle((left, y + 0.1), width, height, fc=color, ec="white", lw=1.5)
+                        )
+                        label = f"r{r}\nl{d}" if r >= 0 else "idle"
+                        ax.text(
+                            left + width / 2,
+                            y + 0.1 + height / 2,
+                            label,
+                            ha="center",
+                            va="center",
+                            fontsize=8,
+                        )
+                    if several_hosts:
+                        host = topology.task_ordinal_at_coordinates((x, y, z, 0))
+                        ax.text(
+                            x0 + x + 0.5,
+                            y + 0.83,
+                            f"host {host}",
+                            ha="center",
+                            va="center",
+                            fontsize=6.5,
+                            color="0.3",
+                        )
+            _outline_hosts(ax, topology, x0, z)
+        ax.set_xlim(-0.2, nz * (nx + 0.6) - 0.4)
+        ax.set_ylim(ny + 0.15, -0.15)  # y grows downwards, like a grid diagram
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(
+            f"{title}\n{assignment.num_replicas} replica(s) x "
+            f"{assignment.num_cores_per_replica} logical device(s)",
+            fontsize=10,
+        )
+    for ax in list(axes.flat)[len(items) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def _replica_color(cmap, replica: int):
+    """Distinct colours first: tab20's dark shades for replicas 0-9, its light ones for 10-19."""
+    if replica < 0:
+        return "white"
+    return cmap((2 * replica) % 20 + (replica // 10) % 2)
+
+
+def _outline_hosts(ax, topology, x0: float, z: int) -> None:
+    """Dashed box around the chips of each host in plane ``z`` (only when there are several)."""
+    from matplotlib.patches import Rectangle
+
+    coords = np.asarray(topology.device_coordinates)
+    if coords.shape[0] < 2:
+        return
+    for devices in coords:
+        plane = devices[devices[:, 2] == z]
+        if not len(plane):
+            continue
+        (xmin, ymin), (xmax, ymax) = plane[:, :2].min(0), plane[:, :2].max(0)
+        ax.add_patch(
+            Rectangle(
+                (x0 + xmin - 0.02, ymin - 0.02),
+                xmax - xmin + 1.04,
+                ymax - ymin + 1.04,
+                fill=False,
+                ls="--",
+                lw=1.6,
+                color="0.25",
+            )
+        )
+
+
+def plot_worker_run(run, examples: int = 96):
+    """A ``multiworker.LoopbackRun`` drawn in two panels: which worker read each of the first
+    ``examples`` examples, and each worker's loss curve.
+
+    Left: one row per worker, a mark where that worker read the example, and a last row marking
+    examples read by more than one worker (empty when the shards are disjoint). Right: the loss
+    every worker saw, step by step; identical training draws the curves on top of each other.
+    Returns the matplotlib figure (notebook 09).
+    """
+    import matplotlib.pyplot as plt
+
+    workers = sorted(run.workers, key=lambda w: w.task_id)
+    read = np.zeros((len(workers) + 1, examples))
+    for row, worker in enumerate(workers):
+        ids = np.asarray(worker.example_ids)
+        read[row, np.unique(ids[ids < examples])] = 1
+    read[-1] = read[:-1].sum(axis=0) > 1
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4), width_ratios=(3, 2))
+    left.imshow(read, aspect="auto", cmap="Blues", vmin=0, vmax=1.4, interpolation="nearest")
+    left.set_yticks(
+        range(len(workers) + 1),
+        [f"worker {w.task_id}" for w in workers] + ["read by two"],
+    )
+    left.set_xlabel("example number")
+    left.set_title(f"which worker read examples 0-{examples - 1}")
+    steps = len(workers[0].losses)
+    for n, worker in enumerate(workers):
+        right.plot(
+            range(1, steps + 1),
+            worker.losses,
+            marker="o",
+            lw=4 - 2 * n / max(1, len(workers) - 1),
+            label=f"worker {worker.task_id}",
+        )
+    right.set_xlabel("step")
+    right.set_ylabel("global batch loss")
+    right.set_title("loss seen by each worker")
+    right.grid(alpha=0.3)
+    right.legend()
     fig.tight_layout()
     return fig

@@ -6,7 +6,8 @@
 - :func:`layer_dtypes`, :func:`dtype_table`, :func:`check_float32_output`: which dtype each layer
   stores its weights in and computes in;
 - :func:`weight_bytes`, :func:`activation_bytes`: memory measured from the model's tensors;
-- :func:`epoch_timer`: seconds per training epoch, for a speed comparison.
+- ``epoch_timer``: seconds per training epoch, for a speed comparison (it lives in
+  ``helpers.timing``, with every other clock; imported here, where notebook 05 uses it).
 
 TensorFlow and Keras are imported inside the functions, never at module level.
 """
@@ -14,12 +15,13 @@ TensorFlow and Keras are imported inside the functions, never at module level.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+
+from helpers.timing import epoch_timer  # noqa: F401  (notebook 05 calls precision.epoch_timer)
 
 # Bits of exponent and of stored mantissa (the leading 1 is implicit) per format.
 BITS = {"float32": (8, 23), "bfloat16": (8, 7), "float16": (5, 10)}
@@ -246,26 +248,3 @@ def _itemsize(dtype) -> int:
     import tensorflow as tf
 
     return tf.as_dtype(dtype).size
-
-
-def epoch_timer():
-    """A Keras callback that records each epoch's wall-clock seconds in ``.seconds``.
-
-    The first epoch includes tracing and compiling; compare the later ones. Taught in
-    notebook 05.
-    """
-    import keras
-
-    class EpochTimer(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.seconds: list[float] = []
-            self._start = 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds.append(time.perf_counter() - self._start)
-
-    return EpochTimer()

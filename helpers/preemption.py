@@ -21,7 +21,10 @@ random`` at a random instant of it (``--crash-seed``). A restarted run first rep
 kill left (``helpers.checkpoints.repair``).
 
 The parent side (notebook 08 and ``tests/test_preemption.py``) uses :func:`command`,
-:func:`run_until_killed`, :func:`run_to_end` and :func:`summarize`.
+:func:`run_until_killed`, :func:`run_to_end` and :func:`summarize`; notebook 08 also builds the
+run's model with :func:`build` and its data with :func:`resumable_dataset`. The program itself
+(``_main``, ``_train_custom``, ``_train_fit``, ``_ProgressLog``) is private: it runs only in the
+child process.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ class RunConfig:
 # --------------------------------------------------------------------------- the child side
 
 
-class ProgressLog:
+class _ProgressLog:
     """Appends one JSON line per event and flushes it at once: a kill loses nothing written."""
 
     def __init__(self, path: str | os.PathLike):
@@ -232,7 +235,7 @@ def build(config: RunConfig, strategy):
     return images, model, optimizer
 
 
-def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) -> dict:
+def _train_custom(config: RunConfig, strategy, log: _ProgressLog | None = None) -> dict:
     """The custom loop: resume from the latest checkpoint, train, checkpoint, log (notebook 08).
 
     Can also run inside a notebook's process (without ``log``), which is how notebook 08 gets an
@@ -341,7 +344,7 @@ class _NullLog:
         raise RuntimeError("hold_at needs a progress log (run the module as a program)")
 
 
-def train_fit(config: RunConfig, strategy, log: ProgressLog | None = None) -> dict:
+def _train_fit(config: RunConfig, strategy, log: _ProgressLog | None = None) -> dict:
     """``model.fit`` with ``BackupAndRestore`` (via :func:`helpers.checkpoints.fit_backup_callbacks`).
 
     ``steps_per_execution`` keeps its default of 1: with 2 or more replicas, values above 1 fail
@@ -414,17 +417,17 @@ def train_fit(config: RunConfig, strategy, log: ProgressLog | None = None) -> di
     return {**result, "model": model}
 
 
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-    log = ProgressLog(config.log_path)
+def _main(argv: list[str] | None = None) -> int:
+    config = _parse_args(argv)
+    log = _ProgressLog(config.log_path)
     log.write("launch", config=asdict(config))
     strategy = _strategy(config.replicas)  # before any other TensorFlow op
-    train = train_custom if config.mode == "custom" else train_fit
+    train = _train_custom if config.mode == "custom" else _train_fit
     train(config, strategy, log)
     return 0
 
 
-def parse_args(argv: list[str] | None = None) -> RunConfig:
+def _parse_args(argv: list[str] | None = None) -> RunConfig:
     parser = argparse.ArgumentParser(
         prog="python -m helpers.preemption", description=__doc__.splitlines()[0]
     )
@@ -645,4 +648,4 @@ def summarize(events: list[dict], steps_per_epoch: int) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

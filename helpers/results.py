@@ -2,7 +2,9 @@
 
 ``record(accuracy=0.97)`` prints the values and, when the runner (``tools/run_notebooks.py``)
 sets ``FIELD_GUIDE_RESULTS`` to a file path, merges them into that JSON file so the summary table
-can show them beside the notebook's status and time.
+can show them beside the notebook's status and time. :func:`count` keeps the run's own
+bookkeeping there without printing (e.g. how many readiness checks passed, which the tests of the
+executed notebooks read).
 """
 
 from __future__ import annotations
@@ -22,12 +24,27 @@ def record(**values: float | int | str | bool) -> dict:
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"result {name} is not a finite number: {value}")
         print(f"{name}: {_format(value)}")
+    return _merge(lambda saved: saved.update(values)) or dict(values)
+
+
+def count(name: str) -> int | None:
+    """Add one to the silent counter ``_<name>`` of the run's results; return its new value.
+
+    Nothing is printed and, outside a headless run, nothing is kept (None is returned).
+    """
+    key = f"_{name}"
+    saved = _merge(lambda saved: saved.update({key: saved.get(key, 0) + 1}))
+    return None if saved is None else saved[key]
+
+
+def _merge(change) -> dict | None:
+    """Apply ``change(saved)`` to the results file the runner named; None when there is none."""
     path = os.environ.get(RESULTS_ENV)
     if not path:
-        return dict(values)
+        return None
     path = Path(path)
     saved = json.loads(path.read_text()) if path.exists() else {}
-    saved.update(values)
+    change(saved)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(saved, indent=2))

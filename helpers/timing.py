@@ -1,4 +1,4 @@
-"""Timing that a reader can trust: synchronised, warmed up, repeated (notebooks 04, 06, benchmark).
+"""Timing that a reader can trust: synchronised, warmed up, repeated (notebooks 03 to 06).
 
 Three rules make a timing of TensorFlow code mean something:
 
@@ -11,7 +11,9 @@ Three rules make a timing of TensorFlow code mean something:
 
 To compare two variants, :func:`compare` alternates them (A B, B A, A B ...) so that a slow spell
 of the machine hits both, and reports the ratio of their medians with the spread of the ratios
-of each pair.
+of each pair. :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch
+(``fitting.time_fit`` builds on it). Every timing in the helpers, the self-test and
+``tools/bench`` comes from this module.
 """
 
 from __future__ import annotations
@@ -152,6 +154,30 @@ def compare(
         if on_repeat:
             on_repeat(i, base[-1], cand[-1])
     return Comparison(Timing(tuple(base)), Timing(tuple(cand)))
+
+
+def epoch_timer():
+    """A Keras callback that records each epoch's wall-clock seconds in ``.seconds``.
+
+    Keras fetches an epoch's logs before ``on_epoch_end``, so the device work is finished when
+    the clock stops. The first epoch includes tracing and compiling; compare the later ones.
+    Taught in notebook 05; ``fitting.time_fit`` (notebook 03) uses it.
+    """
+    import keras
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds: list[float] = []
+            self._start = 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    return EpochTimer()
 
 
 def _timed(fn) -> float:

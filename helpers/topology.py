@@ -1,4 +1,4 @@
-"""TPU slices, their topologies and device assignments, built and drawn without a TPU (notebook 07).
+"""TPU slices, their topologies and device assignments, built without a TPU (notebook 07).
 
 TensorFlow describes a TPU slice with two objects:
 
@@ -16,6 +16,7 @@ notebook 07 compares them with the real topology when it runs on a TPU.
 
 The module also checks the divisibility rules of ``experimental_split_to_logical_devices`` and
 ``experimental_assign_to_logical_device`` before a TPU would, with errors that say what to change.
+:func:`plot_assignments` draws assignments with ``helpers.plots``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from helpers import plots
 
 GIB = 2**30
 
@@ -84,52 +87,32 @@ class SliceSpec:
         return self.hbm_gib_per_chip / self.cores_per_chip
 
 
+# Where each slice's layout comes from, and how far it is verified.
+_LAYOUT_SOURCES = {
+    "v5e-1": "one chip with one core (Colab's free TPU): nothing to order",
+    "v5e-8": (
+        "2x4 chips, one core each, one host (Cloud TPU v5e docs); device order x-fastest "
+        "as JAX lists v5e devices: unverified on hardware for TensorFlow"
+    ),
+    "v3-8": (
+        "2x2 chips, two cores each, one host (Cloud TPU v3 docs); device order equals a "
+        "serialised topology of an 8-core v2/v3 host published in a public test file "
+        "(shawwn/gaping); not checked on hardware by this project"
+    ),
+    "v3-32": (
+        "4x4 chips over 4 hosts of 2x2 chips (Cloud TPU v3 docs); which host owns which "
+        "block, and the order of the hosts: unverified on hardware"
+    ),
+}
+# name: (chips, cores per chip, chips per host, HBM GiB per chip), as SliceSpec takes them.
+_SHAPES = {
+    "v5e-1": ((1, 1, 1), 1, (1, 1, 1), 16),
+    "v5e-8": ((2, 4, 1), 1, (2, 4, 1), 16),
+    "v3-8": ((2, 2, 1), 2, (2, 2, 1), 32),
+    "v3-32": ((4, 4, 1), 2, (2, 2, 1), 32),
+}
 SLICES: dict[str, SliceSpec] = {
-    spec.name: spec
-    for spec in (
-        SliceSpec(
-            "v5e-1",
-            chips=(1, 1, 1),
-            cores_per_chip=1,
-            host_chips=(1, 1, 1),
-            hbm_gib_per_chip=16,
-            layout_source="one chip with one core (Colab's free TPU): nothing to order",
-        ),
-        SliceSpec(
-            "v5e-8",
-            chips=(2, 4, 1),
-            cores_per_chip=1,
-            host_chips=(2, 4, 1),
-            hbm_gib_per_chip=16,
-            layout_source=(
-                "2x4 chips, one core each, one host (Cloud TPU v5e docs); device order x-fastest "
-                "as JAX lists v5e devices: unverified on hardware for TensorFlow"
-            ),
-        ),
-        SliceSpec(
-            "v3-8",
-            chips=(2, 2, 1),
-            cores_per_chip=2,
-            host_chips=(2, 2, 1),
-            hbm_gib_per_chip=32,
-            layout_source=(
-                "2x2 chips, two cores each, one host (Cloud TPU v3 docs); device order equals a "
-                "serialised topology of an 8-core v2/v3 host published in a public test file "
-                "(shawwn/gaping); not checked on hardware by this project"
-            ),
-        ),
-        SliceSpec(
-            "v3-32",
-            chips=(4, 4, 1),
-            cores_per_chip=2,
-            host_chips=(2, 2, 1),
-            hbm_gib_per_chip=32,
-            layout_source=(
-                "4x4 chips over 4 hosts of 2x2 chips (Cloud TPU v3 docs); which host owns which "
-                "block, and the order of the hosts: unverified on hardware"
-            ),
-        ),
-    )
+    name: SliceSpec(name, *shape, _LAYOUT_SOURCES[name]) for name, shape in _SHAPES.items()
 }
 
 
@@ -400,107 +383,5 @@ def sharding_annotations(concrete_function) -> list[dict]:
 
 
 def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
-    """Draw device assignments: one panel per entry, chips as boxes, cores labelled ``r·l``.
-
-    Each core shows the replica (colour and ``r``) and the logical device (``l``) it serves;
-    on slices with several hosts, dashed outlines group the chips of one host. Slices with several z planes draw the planes
-    side by side. Returns the matplotlib figure.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    if not assignments:
-        raise ValueError("nothing to plot")
-    items = list(assignments.items())
-    columns = max(1, min(columns, len(items)))
-    rows = math.ceil(len(items) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.9 * rows), squeeze=False)
-    cmap = plt.get_cmap("tab20")
-    for ax, (title, assignment) in zip(axes.flat, items, strict=False):
-        replica, logical = assignment_grid(assignment)
-        topology = assignment.topology
-        nx, ny, nz, ncore = (int(m) for m in topology.mesh_shape)
-        several_hosts = topology.num_tasks > 1
-        for z in range(nz):
-            x0 = z * (nx + 0.6)
-            for x in range(nx):
-                for y in range(ny):
-                    ax.add_patch(
-                        Rectangle((x0 + x + 0.04, y + 0.04), 0.92, 0.92, fill=False, lw=1.2)
-                    )
-                    height = 0.62 if several_hosts else 0.8
-                    width = 0.84 / ncore
-                    for core in range(ncore):
-                        r, d = replica[x, y, z, core], logical[x, y, z, core]
-                        left = x0 + x + 0.08 + core * width
-                        color = _replica_color(cmap, r)
-                        ax.add_patch(
-                            Rectangle((left, y + 0.1), width, height, fc=color, ec="white", lw=1.5)
-                        )
-                        label = f"r{r}\nl{d}" if r >= 0 else "idle"
-                        ax.text(
-                            left + width / 2,
-                            y + 0.1 + height / 2,
-                            label,
-                            ha="center",
-                            va="center",
-                            fontsize=8,
-                        )
-                    if several_hosts:
-                        host = topology.task_ordinal_at_coordinates((x, y, z, 0))
-                        ax.text(
-                            x0 + x + 0.5,
-                            y + 0.83,
-                            f"host {host}",
-                            ha="center",
-                            va="center",
-                            fontsize=6.5,
-                            color="0.3",
-                        )
-            _outline_hosts(ax, topology, x0, z)
-        ax.set_xlim(-0.2, nz * (nx + 0.6) - 0.4)
-        ax.set_ylim(ny + 0.15, -0.15)  # y grows downwards, like a grid diagram
-        ax.set_aspect("equal")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        ax.set_title(
-            f"{title}\n{assignment.num_replicas} replica(s) x "
-            f"{assignment.num_cores_per_replica} logical device(s)",
-            fontsize=10,
-        )
-    for ax in list(axes.flat)[len(items) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    return fig
-
-
-def _replica_color(cmap, replica: int):
-    """Distinct colours first: tab20's dark shades for replicas 0-9, its light ones for 10-19."""
-    if replica < 0:
-        return "white"
-    return cmap((2 * replica) % 20 + (replica // 10) % 2)
-
-
-def _outline_hosts(ax, topology, x0: float, z: int) -> None:
-    """Dashed box around the chips of each host in plane ``z`` (only when there are several)."""
-    from matplotlib.patches import Rectangle
-
-    coords = np.asarray(topology.device_coordinates)
-    if coords.shape[0] < 2:
-        return
-    for devices in coords:
-        plane = devices[devices[:, 2] == z]
-        if not len(plane):
-            continue
-        (xmin, ymin), (xmax, ymax) = plane[:, :2].min(0), plane[:, :2].max(0)
-        ax.add_patch(
-            Rectangle(
-                (x0 + xmin - 0.02, ymin - 0.02),
-                xmax - xmin + 1.04,
-                ymax - ymin + 1.04,
-                fill=False,
-                ls="--",
-                lw=1.6,
-                color="0.25",
-            )
-        )
+    """Draw device assignments, one panel each (``helpers.plots.plot_assignments``; notebook 07)."""
+    return plots.plot_assignments(assignments, columns, grid=assignment_grid)

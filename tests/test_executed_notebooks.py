@@ -79,3 +79,27 @@ def test_no_stderr_outside_cells_that_teach_it(path, summary):
         f"stderr in cells not tagged {run_notebooks.EXPECTED_STDERR_TAG!r}: silence it at the "
         f"source (helpers.quiet) or tag a cell that teaches it: {found}"
     )
+
+
+# Notebooks with no input pipeline or model of their own, so nothing for the readiness check.
+NO_READINESS_CHECK = {
+    "07": "topologies and device assignments only: no dataset, no Keras model",
+    "12": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
+}
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_notebook_passed_the_readiness_check_on_its_own_pipeline(path, summary):
+    """Every ``readiness.check(...).assert_clean()`` that passes counts itself in the run's
+    results (helpers.results.count), so this reads what ran, not what the source says."""
+    if path.name not in summary:
+        pytest.skip("not selected in this run (NB=...)")
+    clean = summary[path.name]["results"].get("_readiness_clean", 0)
+    if path.name[:2] in NO_READINESS_CHECK:
+        assert clean == 0, (
+            f"{path.name}: it checks a pipeline now; remove it from NO_READINESS_CHECK"
+        )
+    else:
+        assert clean >= 1, (
+            f"{path.name}: no readiness check passed; check its pipeline (notebook 10)"
+        )

@@ -111,24 +111,6 @@ def test_setup_cell_follows_parameters(notebook):
     assert notebook_files.settings()["release"] in setup
 
 
-# Notebooks with no input pipeline or model of their own, so nothing for the readiness check.
-NO_READINESS_CHECK = {
-    "07": "topologies and device assignments only: no dataset, no Keras model",
-    "12": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
-}
-
-
-def test_notebook_runs_the_readiness_check_on_its_own_pipeline(notebook):
-    path, nb = notebook
-    code = "\n".join(_source(c) for c in nb["cells"] if c["cell_type"] == "code")
-    if path.name[:2] in NO_READINESS_CHECK:
-        assert "readiness.check(" not in code, f"{path.name}: remove it from NO_READINESS_CHECK"
-        return
-    # make test executes every notebook, so the assert_clean() here must really pass.
-    assert "readiness.check(" in code, f"{path.name}: check its pipeline (notebook 10)"
-    assert ".assert_clean()" in code, f"{path.name}: assert the report is clean"
-
-
 def test_everything_derived_is_up_to_date(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["sync_notebooks.py", "--check"])
     assert sync_notebooks.main() == 0, "run `make sync`"

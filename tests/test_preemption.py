@@ -67,15 +67,15 @@ def test_command_line_round_trips(tmp_path):
     config = _config(tmp_path, "x", hold_at=12, hold_where="before-commit", require_checkpoint=True)
     args = preemption.command(config)
     assert args[1:3] == ["-m", "helpers.preemption"]
-    assert preemption.parse_args(args[3:]) == config
+    assert preemption._parse_args(args[3:]) == config
     crash = _config(tmp_path, "x", crash_at=16, crash_in="sweep", crash_seed=3, crash_window=0.2)
-    assert preemption.parse_args(preemption.command(crash)[3:]) == crash
+    assert preemption._parse_args(preemption.command(crash)[3:]) == crash
     assert "--require-checkpoint" not in preemption.command(_config(tmp_path, "x"))
 
 
 def test_command_line_errors_are_clear(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        preemption.parse_args(["--mode", "custom", "--workdir", str(tmp_path), "--epochs", "0"])
+        preemption._parse_args(["--mode", "custom", "--workdir", str(tmp_path), "--epochs", "0"])
     assert "epochs must be a positive integer" in capsys.readouterr().err
 
 
@@ -119,7 +119,7 @@ def test_resumable_dataset_needs_enough_examples():
 
 
 def test_read_progress_skips_a_line_being_written(tmp_path):
-    log = preemption.ProgressLog(tmp_path / "p.jsonl")
+    log = preemption._ProgressLog(tmp_path / "p.jsonl")
     log.write("launch", config={})
     log.write("step", step=1)
     with open(tmp_path / "p.jsonl", "a") as f:
@@ -267,8 +267,8 @@ def test_a_finished_run_started_again_does_nothing(tmp_path, mode):
 
     config = _config(tmp_path, "run", mode=mode, replicas=1, epochs=2, steps_per_epoch=4)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    train = preemption.train_custom if mode == "custom" else preemption.train_fit
-    log = preemption.ProgressLog(config.log_path)
+    train = preemption._train_custom if mode == "custom" else preemption._train_fit
+    log = preemption._ProgressLog(config.log_path)
     first = train(config, strategy, log)
     steps_logged = len(preemption.read_progress(config.log_path))
     again = train(dataclasses.replace(config, require_checkpoint=True), strategy, log)
@@ -325,7 +325,7 @@ def test_sigkill_in_every_phase_of_a_save_resumes_at_the_last_commit(tmp_path):
     # New random instants in every run; KILL_TEST_SEED=<n> replays the run that printed <n>.
     run_seed = int(os.environ.get("KILL_TEST_SEED", random.SystemRandom().randrange(10**6)))
     config = _config(tmp_path, "run", replicas=1, per_replica_batch=64)
-    reference = preemption.train_custom(
+    reference = preemption._train_custom(
         _config(tmp_path, "reference", replicas=1, per_replica_batch=64),
         tf.distribute.OneDeviceStrategy("/cpu:0"),
     )

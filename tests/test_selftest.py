@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import routes, runtime, selftest
-from helpers.readiness import tpu_facts
+from helpers import routes, runtime, selftest, tpu_facts
 from helpers.selftest import base, cli, environment, report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,6 +36,30 @@ def test_record_without_runner_only_prints(monkeypatch, capsys):
     assert "loss: 1.25" in capsys.readouterr().out
 
 
+def test_count_adds_silently_to_the_results_file(monkeypatch, tmp_path, capsys):
+    path = tmp_path / "02.json"
+    monkeypatch.setenv(results.RESULTS_ENV, str(path))
+    results.record(loss=1.5)
+    assert results.count("checks") == 1
+    assert results.count("checks") == 2
+    assert json.loads(path.read_text()) == {"loss": 1.5, "_checks": 2}
+    assert "checks" not in capsys.readouterr().out
+    monkeypatch.delenv(results.RESULTS_ENV)
+    assert results.count("checks") is None
+
+
+def test_readiness_counts_only_clean_reports(monkeypatch, tmp_path):
+    from helpers.readiness import Finding, NotReady, Report
+
+    path = tmp_path / "03.json"
+    monkeypatch.setenv(results.RESULTS_ENV, str(path))
+    Report([], ["batch split"], [], {}).assert_clean()
+    problem = Finding("batch-tiles", "error", "what", "where", "why", "fix")
+    with pytest.raises(NotReady):
+        Report([problem], ["batch split"], [], {}).assert_clean()
+    assert json.loads(path.read_text()) == {"_readiness_clean": 1}
+
+
 def test_record_rejects_nan():
     with pytest.raises(ValueError, match="not a finite number"):
         results.record(loss=math.nan)

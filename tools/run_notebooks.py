@@ -158,7 +158,8 @@ def headline(name: str, results: dict) -> str:
 
 
 def format_results(results: dict, limit: int = 3) -> str:
-    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items()]
+    shown = {k: v for k, v in results.items() if not k.startswith("_")}  # helpers.results.count
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()]
     more = f" (+{len(parts) - limit} more in results/)" if len(parts) > limit else ""
     return ", ".join(parts[:limit]) + more
 

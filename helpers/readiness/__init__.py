@@ -80,21 +80,22 @@ What it cannot see
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
 - Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
 
-The modules: ``report`` (what a check returns), ``inputs`` (dataset), ``pipeline`` (its functions),
-``model``, ``step`` (tracing), ``side_effects``, ``seeds`` and ``xla`` (what the traced step does),
-``tpu_facts`` (the numbers behind them). ``tests/test_readiness_corpus.py`` measures recall and
-false alarms on a corpus of planted problems and clean models (figures in the README).
+The modules: ``report`` (what a check returns: public); private, called only through
+:func:`check`: ``_inputs`` (dataset), ``_pipeline`` (its functions), ``_model``, ``_step``
+(tracing), ``_side_effects``, ``_seeds`` and ``_xla`` (what the traced step does);
+``helpers.tpu_facts`` holds the numbers behind them. ``tests/test_readiness_corpus.py`` measures
+recall and false alarms on a corpus of planted problems and clean models (figures in the README).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from helpers.readiness.inputs import check_dataset
-from helpers.readiness.model import check_model
-from helpers.readiness.pipeline import check_pipeline
+from helpers.readiness._inputs import check_dataset
+from helpers.readiness._model import check_model
+from helpers.readiness._pipeline import check_pipeline
+from helpers.readiness._step import check_step
 from helpers.readiness.report import SEVERITIES, Finding, NotReady, Report
-from helpers.readiness.step import check_step
 
 __all__ = ["SEVERITIES", "Finding", "NotReady", "Report", "check"]
 

@@ -67,6 +67,9 @@ class Report:
         if left:
             shown = Report(left, self.checked, self.skipped, self.stats)
             raise NotReady(shown.text(notes=False))
+        from helpers import results
+
+        results.count("readiness_clean")  # a headless run's tests see that the check passed
         return self
 
     def summary(self) -> str:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from helpers import routes, runtime
-from helpers.readiness.tpu_facts import generation_of
+from helpers.tpu_facts import generation_of
 
 UNVERIFIED = "unverified on hardware"
 
@@ -102,7 +102,7 @@ def accelerator(kind: str, replicas: int | None, env=None) -> tuple[str, str]:
 
 
 def tpu_generation(kind: str, replicas: int | None = None):
-    """The :class:`~helpers.readiness.tpu_facts.Generation` of this TPU, or None (no TPU, or a
+    """The :class:`~helpers.tpu_facts.Generation` of this TPU, or None (no TPU, or a
     type the table does not know)."""
     if kind != "TPU" and not runtime.tpu_hints():
         return None

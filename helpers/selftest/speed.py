@@ -12,12 +12,12 @@ import math
 import numpy as np
 
 from helpers.selftest.base import Context, Outcome
+from helpers.tpu_facts import BATCH_FOR_MXU as PER_REPLICA_BATCH
 
 UNVERIFIED = "unverified on hardware"
 PEAK_FRACTION_TO_PASS = 0.25  # a large bf16 matmul below a quarter of peak means something is off
 RECIPE_SPEEDUP_TARGET = 2.0  # what the collection's recipe should gain over the classic on a TPU
 CLASSIC_SHUFFLE = 60_000  # the classic MNIST tutorial's shuffle buffer: the whole training set
-PER_REPLICA_BATCH = 128  # fills a TPU core's matrix unit (notebook 03)
 
 
 def input_pipeline(context: Context) -> Outcome:
@@ -133,11 +133,11 @@ def matmul_rate(context: Context) -> Outcome:
     )
 
 
-def _mnist_shaped(context: Context, count: int):
-    """``count`` real digits enlarged to MNIST's 28x28 uint8 pixels (the set repeated), labels."""
+def mnist_shaped(images, count: int):
+    """``count`` real digits (a ``data.Images``) enlarged to MNIST's 28x28 uint8 pixels, the set
+    repeated to reach ``count``, and their labels: the classic recipe's data, offline."""
     from helpers import pipelines
 
-    images = context.images()
     pixels = pipelines.to_photos(images.x_train, 28)
     order = np.resize(np.arange(len(pixels)), count)
     return pixels[order], images.y_train[order]
@@ -216,6 +216,20 @@ def recipe_model(recipe: dict, strategy, image_shape=(28, 28, 1)):
     return model
 
 
+def time_recipes(strategy, stages: list[dict], steps: int, epochs: int) -> dict:
+    """``fitting.time_fit`` of each recipe stage (see :func:`recipes`) on ``strategy``: a
+    ``FitTiming`` per stage name, the same model and data for each. One implementation for the
+    self-test and the benchmark (``tools/bench``)."""
+    from helpers import fitting
+
+    return {
+        stage["name"]: fitting.time_fit(
+            recipe_model(stage, strategy), stage["dataset"], steps, epochs=epochs
+        )
+        for stage in stages
+    }
+
+
 def keras_recipes(context: Context) -> Outcome:
     """The classic Keras recipe against the collection's (notebooks 03 and 06), in examples per
     second of ``fit`` on the same model; in full mode each change's share too."""
@@ -224,7 +238,7 @@ def keras_recipes(context: Context) -> Outcome:
     strategy = context.need_strategy()
     replicas = context.replicas
     global_batch = PER_REPLICA_BATCH * replicas
-    pixels, labels = _mnist_shaped(context, context.size(4096, CLASSIC_SHUFFLE))
+    pixels, labels = mnist_shaped(context.images(), context.size(4096, CLASSIC_SHUFFLE))
     choice = fitting.steps_per_execution_for(strategy, 32)
     stages = recipes(replicas, pixels, labels, choice.value)
     described = {
@@ -236,12 +250,8 @@ def keras_recipes(context: Context) -> Outcome:
     # On a TPU, whole calls of 32 steps and enough of them that per-epoch costs do not dominate;
     # on a CPU, few: every step runs all the replicas on the host's cores.
     steps = context.size(64, 256) if context.on_tpu else context.size(4, 40)
-    rates = {}
-    for stage in stages:
-        timed = fitting.time_fit(
-            recipe_model(stage, strategy), stage["dataset"], steps, epochs=context.size(1, 3)
-        )
-        rates[stage["name"]] = global_batch / timed.median
+    timed = time_recipes(strategy, stages, steps, epochs=context.size(1, 3))
+    rates = {name: global_batch / fit.median for name, fit in timed.items()}
     names = list(rates)
     ratio = rates[names[-1]] / rates[names[0]]
     evidence = {

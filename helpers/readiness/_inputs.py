@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from helpers.readiness.report import Finding, Report
-from helpers.readiness.tpu_facts import (
+from helpers.tpu_facts import (
     BATCH_FOR_MXU,
     FLOAT64_WHY,
     HOST_ONLY_DTYPES,

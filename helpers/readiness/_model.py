@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from helpers.readiness.report import Finding, Report
-from helpers.readiness.tpu_facts import FLOAT64_WHY, TILE_COLS, WASTE_WARNING, round_up
+from helpers.tpu_facts import FLOAT64_WHY, TILE_COLS, WASTE_WARNING, round_up
 
 
 def check_model(model, strategy, report: Report) -> None:

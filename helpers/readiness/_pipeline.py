@@ -11,9 +11,9 @@ from __future__ import annotations
 import inspect
 import re
 
+from helpers.readiness._seeds import add_constant_seeds, constant_seed_ops
+from helpers.readiness._xla import PYTHON_OPS, graph_nodes
 from helpers.readiness.report import Finding, Report
-from helpers.readiness.seeds import add_constant_seeds, constant_seed_ops
-from helpers.readiness.xla import PYTHON_OPS, graph_nodes
 
 
 def _datasets(dataset):

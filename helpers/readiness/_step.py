@@ -5,18 +5,18 @@ from __future__ import annotations
 import inspect
 import re
 
-from helpers.readiness.inputs import components, kind_of
-from helpers.readiness.report import Finding, Report
-from helpers.readiness.seeds import add_constant_seeds, constant_seed_ops
-from helpers.readiness.side_effects import (
+from helpers.readiness._inputs import components, kind_of
+from helpers.readiness._seeds import add_constant_seeds, constant_seed_ops
+from helpers.readiness._side_effects import (
     Watch,
     add_side_effects,
     capture_print,
     frozen_random,
     unbuilt_optimizers,
 )
-from helpers.readiness.tpu_facts import HOST_ONLY_DTYPES, TILE_ROWS
-from helpers.readiness.xla import add_value_shape_ops, check_graph_ops, compile_step
+from helpers.readiness._xla import add_value_shape_ops, check_graph_ops, compile_step
+from helpers.readiness.report import Finding, Report
+from helpers.tpu_facts import HOST_ONLY_DTYPES, TILE_ROWS
 
 
 def _per_replica(spec, replicas: int, stand_in: bool):

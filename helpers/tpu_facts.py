@@ -1,6 +1,7 @@
-"""TPU hardware facts: the tiles the readiness checks measure against (Cloud TPU performance
-guide), and each generation's published peak, which the self-test compares a measured matmul
-rate with (``helpers.selftest``, notebook 00)."""
+"""TPU hardware facts, in one place: the tiles a TPU core computes in and the batch that fills
+its matrix unit (Cloud TPU performance guide), which ``fitting.plan_batch`` (notebook 03) and
+the readiness checks (notebook 10) measure against, and each generation's published peak, which
+the self-test compares a measured matmul rate with (``helpers.selftest``, notebook 00)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 TILE_ROWS = 8  # the TPU pads the second-to-last dimension of a tile to 8 ...
 TILE_COLS = 128  # ... and the last one to 128: the width of the matrix units (MXU)
 WASTE_WARNING = 0.10  # a chosen size that pads away 10% or more of its work is worth a warning
-BATCH_FOR_MXU = 128  # per-replica batch the Cloud TPU performance guide recommends
+BATCH_FOR_MXU = 128  # per-replica batch the Cloud TPU performance guide recommends: fills the MXU
 
 # Types TensorFlow can feed to a TPU (tensorflow/core/tpu/tpu_defs.h lists them); these cannot.
 HOST_ONLY_DTYPES = ("string", "variant", "resource", "complex128")
@@ -44,11 +45,9 @@ class Generation:
 
     def label(self) -> str:
         seen = "verified" if self.verified_on_hardware else "unverified"
-        return (
-            f"TPU {self.name}: {self.peak_bf16_tflops:g} TFLOP/s bf16 per chip, "
-            f"{self.devices_per_chip} TensorFlow device(s) per chip ({seen} on hardware; "
-            f"source: {self.source})"
-        )
+        peak = f"{self.peak_bf16_tflops:g} TFLOP/s bf16 per chip"
+        devices = f"{self.devices_per_chip} TensorFlow device(s) per chip"
+        return f"TPU {self.name}: {peak}, {devices} ({seen} on hardware; source: {self.source})"
 
 
 _DOCS = "Cloud TPU system architecture, cloud.google.com/tpu/docs/{}: 'Peak compute per chip'"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from helpers.readiness.report import Finding, Report
-from helpers.readiness.tpu_facts import FLOAT64_WHY
+from helpers.tpu_facts import FLOAT64_WHY
 
 # Ops that exist only in the traced graph's plumbing and have no XLA kernel by design.
 STRUCTURAL_OPS = frozenset({"Placeholder", "_Arg", "_Retval", "NoOp"})
