@@ -139,3 +139,26 @@ def test_extract_needs_step_markers(tmp_path):
         tf.reduce_sum(tf.ones([3])).numpy()
     with pytest.raises(ValueError, match="step markers"):
         profiling.extract(captured["xplane"])
+
+
+def test_a_profile_that_lost_its_step_markers_is_taken_again_once(tmp_path, monkeypatch, capsys):
+    tf = pytest.importorskip("tensorflow")
+    real, seen = profiling.extract, []
+
+    def loses_the_first(path):
+        seen.append(path)
+        if len(seen) == 1:
+            raise profiling.NoStepMarkers("lost")
+        return real(path)
+
+    monkeypatch.setattr(profiling, "extract", loses_the_first)
+    _, extracted = profiling.profile_calls(tmp_path, lambda i: tf.constant(float(i)), 2, warmup=0)
+    assert len(seen) == 2 and len(extracted["steps"]) == 2
+    assert "lost the step markers" in capsys.readouterr().out
+    monkeypatch.setattr(
+        profiling,
+        "extract",
+        lambda path: (_ for _ in ()).throw(profiling.NoStepMarkers("lost again")),
+    )
+    with pytest.raises(profiling.NoStepMarkers, match="lost again"):
+        profiling.profile_calls(tmp_path, lambda i: tf.constant(float(i)), 2, warmup=0)

@@ -114,8 +114,11 @@ def run_one(path: Path, out: Path, smoke: bool, cell_timeout: int) -> dict:
             execution_timeout=cell_timeout,
             progress_bar=sys.stderr.isatty(),
             log_output=False,
-            # The kernel's own start-up warning (TCP on loopback) is not for the reader.
-            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+            # The kernel's own log is not for the reader: its start-up warning (TCP on loopback),
+            # and "KeyboardInterrupt caught in kernel", which jupyter_client's shutdown (an
+            # interrupt first) sometimes causes after the last cell. A kernel that really fails
+            # shows as a failed cell or a dead kernel in the row of its notebook.
+            extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
         )
     except Exception as err:  # papermill raises on a failing cell; report it and go on
         row["status"] = "FAILED"
