@@ -11,9 +11,10 @@ module holds what notebook 06 measures:
   :func:`transformations` that they are built the same way;
 - :func:`read_tfrecords`, :func:`decode` and :func:`augment`: the reading and per-example work
   every stage shares, incidental to the lesson;
-- :func:`compare_throughput` (examples per second and CPU work per example) and
-  :func:`compare_timings`: measurements taken in one run, the candidates taking turns round by
-  round, so that a busy machine slows every candidate alike;
+- ``compare_throughput`` (examples per second and CPU work per example) and
+  ``compare_timings``: measurements taken in one run, the candidates taking turns round by
+  round, so that a busy machine slows every candidate alike; they live in :mod:`helpers.timing`
+  with every other clock and are importable from here, as notebook 06 calls them;
 - :func:`input_wait_fraction`: how much of a step is spent waiting for input;
 - :func:`autoshard_preview`, :func:`files_for_host` and :func:`shard_plan`: how files are split
   over the workers or hosts that read them.
@@ -25,14 +26,12 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-from helpers import timing
+# Measured here in notebook 06, kept with every other clock in helpers.timing.
+from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
 
 # Stage name -> what it adds to the one before. Each stage keeps everything above it.
 STAGES = {
@@ -319,120 +318,6 @@ def transformations(dataset) -> list[str]:
         names.append(type(dataset).__name__.lstrip("_"))
         dataset = getattr(dataset, "_input_dataset", None)
     return names[::-1]
-
-
-def compare_timings(
-    setups: Mapping[str, Callable[[], Callable[[], object]]],
-    *,
-    calls: int,
-    warmup: int = 1,
-    rounds: int = 3,
-) -> dict[str, timing.Timing]:
-    """Seconds per call of several tasks, measured in one run, the tasks taking turns.
-
-    ``setups[name]()`` returns the task to time (a function of no arguments). It is called
-    afresh at the start of every round, so build new ``tf.data`` iterators there: an iterator
-    keeps preparing batches in the background, and an old one would hand its stock to the next
-    timing, or steal CPU while another task is timed. In each round each task runs ``warmup``
-    untimed calls and ``calls`` timed ones (:func:`helpers.timing.time_call`); the result holds
-    one value per round, the median seconds per call of that round. Taking turns means a burst
-    of load from other programs hits every task, not one. Taught in notebook 06.
-    """
-    if not setups:
-        raise ValueError("nothing to time")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
-    per_round: dict[str, list[float]] = {name: [] for name in setups}
-    for _ in range(rounds):
-        for name, setup in setups.items():
-            task = setup()
-            measured = timing.time_call(task, repeats=calls, warmup=warmup)
-            per_round[name].append(measured.median)
-            del task  # drop the iterator now: its background threads stop
-    return {name: timing.Timing(tuple(values)) for name, values in per_round.items()}
-
-
-def _batch_size(batch) -> int:
-    first = batch[0] if isinstance(batch, (tuple, list)) else batch
-    return int(first.shape[0])
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """One pipeline measured over several rounds: seconds per batch, by the wall clock and in
-    CPU time of the whole process (all its threads), one value of each per round."""
-
-    batch_size: int
-    wall_seconds: tuple[float, ...]
-    cpu_seconds: tuple[float, ...]
-
-    @property
-    def examples_per_second(self) -> float:
-        """From the fastest round: time lost to other programs is never the pipeline's doing."""
-        return self.batch_size / min(self.wall_seconds)
-
-    @property
-    def cpu_us_per_example(self) -> float:
-        """Median CPU microseconds per example: the work done, whatever the cores or the load."""
-        return 1e6 * statistics.median(self.cpu_seconds) / self.batch_size
-
-
-def compare_throughput(
-    pipelines: Mapping[str, object],
-    *,
-    seconds: float = 1.0,
-    warmup: int = 2,
-    rounds: int = 3,
-    prime: int = 0,
-) -> dict[str, Throughput]:
-    """Measure each ``tf.data`` pipeline's throughput and CPU cost in one run (notebook 06).
-
-    First ``prime`` batches are drawn from each pipeline: for a pipeline with ``cache()`` make
-    that one full pass over the data, so the cache is filled (it is kept by the dataset and
-    shared by later iterators). Then, for ``rounds`` rounds, the pipelines take turns: each gets
-    a fresh iterator (an old one would have prepared batches in the background while another
-    pipeline was timed), ``warmup`` untimed batches, then as many batches as it can deliver in
-    ``seconds``. Every pipeline is timed for the same duration, so a pause of the machine costs
-    a fast pipeline no larger share of its measurement than a slow one.
-
-    Two clocks run during the timed batches. The wall clock gives examples per second, which
-    parallelism improves and other programs on the machine spoil. The process's CPU time gives
-    the work done per example, which parallelism does not change (it spreads the same work over
-    more cores) but caching and vectorising reduce, and which barely depends on the load.
-    """
-    if not pipelines:
-        raise ValueError("no pipelines to measure")
-    if not seconds > 0 or not math.isfinite(seconds):
-        raise ValueError(f"seconds must be a positive number, got {seconds!r}")
-    for label, value, low in (("warmup", warmup, 0), ("rounds", rounds, 1), ("prime", prime, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{label} must be an integer >= {low}, got {value!r}")
-    sizes: dict[str, int] = {}
-    for name, ds in pipelines.items():
-        iterator = iter(ds)
-        for _ in range(prime):
-            next(iterator)
-        sizes[name] = _batch_size(next(iterator))
-        del iterator
-    wall: dict[str, list[float]] = {name: [] for name in pipelines}
-    cpu: dict[str, list[float]] = {name: [] for name in pipelines}
-    for _ in range(rounds):
-        for name, ds in pipelines.items():
-            iterator = iter(ds)
-            for _ in range(warmup):
-                next(iterator)
-            count, cpu_start = 0, time.process_time()
-            start = now = time.perf_counter()
-            while now - start < seconds:
-                next(iterator)
-                count += 1
-                now = time.perf_counter()
-            wall[name].append((now - start) / count)
-            cpu[name].append((time.process_time() - cpu_start) / count)
-            del iterator  # its background threads stop before the next pipeline is timed
-    return {
-        name: Throughput(sizes[name], tuple(wall[name]), tuple(cpu[name])) for name in pipelines
-    }
 
 
 def input_wait_fraction(step_seconds: float, cached_step_seconds: float) -> float:

@@ -327,9 +327,16 @@ class Diagnosis:
     verdict: str  # "retracing", "input-bound", "host-overhead" or "healthy"
     reason: str
     fix: str
+    # Every problem whose condition holds, the verdict first: on a simulated TPU the input
+    # pipeline and the replicas share the CPU, so a run can wait for input and pay host
+    # overhead at once.
+    findings: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.verdict}: {self.reason}. Fix: {self.fix}"
+        also = [f for f in self.findings if f != self.verdict]
+        return f"{self.verdict}: {self.reason}. Fix: {self.fix}" + (
+            f" (also: {', '.join(also)})" if also else ""
+        )
 
 
 FIXES = {
@@ -344,7 +351,7 @@ FIXES = {
 def diagnose(summary: ProfileSummary) -> Diagnosis:
     """Decide what limits the profiled steps from the numbers of ``summary`` only.
 
-    In this order, the first that holds:
+    The verdict is the first that holds, in this order; ``findings`` lists every one that holds:
 
     1. **retracing**: more than one ``tf.function`` call traced inside the profile (a warm
        run traces nothing; one trace can be a first call);
@@ -358,6 +365,12 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
     4. **healthy** otherwise.
     """
     s = summary
+    holds = {
+        "retracing": s.retraced_calls > 1,
+        "input-bound": s.input_share >= INPUT_BOUND_SHARE,
+        "host-overhead": s.batches_per_step <= HOST_OVERHEAD_STEPS_PER_CALL,
+    }
+    findings = tuple(name for name, held in holds.items() if held)
     if s.retraced_calls > 1:
         verdict, reason = "retracing", f"{s.retraced_calls} of {s.steps} calls traced a new graph"
     elif s.input_share >= INPUT_BOUND_SHARE:
@@ -374,7 +387,7 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
             f"input {s.input_share:.0%}, compute {s.compute_share:.0%}, "
             f"{s.batches_per_step:g} training steps per call, no retracing",
         )
-    return Diagnosis(verdict, reason, FIXES[verdict])
+    return Diagnosis(verdict, reason, FIXES[verdict], findings)
 
 
 def profiler_tool(xplane_path: str | os.PathLike, tool: str):

@@ -261,7 +261,7 @@ def test_compare_throughput_reads_batch_sizes_and_primes(monkeypatch):
     # Each reading of a clock advances it (wall by 1 s, CPU by 2 s): a pipeline timed for 3 s
     # delivers exactly 3 batches, each "taking" 1 s, whatever the machine does meanwhile.
     monkeypatch.setattr(
-        pipelines,
+        timing,
         "time",
         SimpleNamespace(
             perf_counter=lambda: float(next(wall_ticks)),

@@ -112,6 +112,16 @@ def test_diagnose_decides_from_the_numbers_in_order(overrides, verdict):
     assert verdict in str(diagnosis)
 
 
+def test_findings_list_every_problem_that_holds_the_verdict_first():
+    both = profiling.diagnose(summary(input_share=0.25, batches_per_step=1.0))
+    assert both.findings == ("input-bound", "host-overhead") and both.verdict == "input-bound"
+    assert "(also: host-overhead)" in str(both)
+    all_three = profiling.diagnose(summary(retraced_calls=2, input_share=0.5, batches_per_step=1))
+    assert all_three.findings == ("retracing", "input-bound", "host-overhead")
+    healthy = profiling.diagnose(summary(batches_per_step=5.0))
+    assert healthy.findings == () and healthy.verdict == "healthy" and "also" not in str(healthy)
+
+
 def test_a_fresh_profile_of_a_retracing_function(tmp_path):
     tf = pytest.importorskip("tensorflow")
 

@@ -23,7 +23,7 @@ CLASSIC_SHUFFLE = 60_000  # the classic MNIST tutorial's shuffle buffer: the who
 def input_pipeline(context: Context) -> Outcome:
     """The collection's TFRecord pipeline (notebook 06, "vectorised" stage) against the
     tutorial version ("naive"): examples per second, CPU work per example, static batches."""
-    from helpers import pipelines
+    from helpers import pipelines, timing
 
     images = context.images()
     count = context.size(512, len(images.x_train))
@@ -37,7 +37,7 @@ def input_pipeline(context: Context) -> Outcome:
         stage: pipelines.build_pipeline(files, batch, stage, out_size=out_size)
         for stage in ("naive", "vectorised")
     }
-    measured = pipelines.compare_throughput(
+    measured = timing.compare_throughput(
         stages,
         seconds=context.size(0.3, 1.0),
         rounds=context.size(1, 3),
