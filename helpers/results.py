@@ -18,13 +18,19 @@ RESULTS_ENV = "FIELD_GUIDE_RESULTS"
 
 
 def record(**values: float | int | str | bool) -> dict:
-    """Record named results; return everything recorded so far in this run."""
+    """Record named results; return everything recorded so far in this run.
+
+    The run's own counters (:func:`count`, names starting with ``_``) are left out of what is
+    returned: a notebook cell that ends with ``record(...)`` shows the result, and a reader has
+    no use for them.
+    """
     values = {name: _plain(value) for name, value in values.items()}
     for name, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"result {name} is not a finite number: {value}")
         print(f"{name}: {_format(value)}")
-    return _merge(lambda saved: saved.update(values)) or dict(values)
+    saved = _merge(lambda saved: saved.update(values)) or dict(values)
+    return {name: value for name, value in saved.items() if not name.startswith("_")}
 
 
 def count(name: str) -> int | None:

@@ -30,6 +30,13 @@ def test_record_prints_and_merges_into_the_results_file(monkeypatch, tmp_path, c
     assert not list(path.parent.glob("*.tmp"))
 
 
+def test_record_returns_results_without_the_runs_counters(monkeypatch, tmp_path):
+    monkeypatch.setenv(results.RESULTS_ENV, str(tmp_path / "r.json"))
+    assert results.count("readiness_clean") == 1
+    assert results.record(loss=1.0) == {"loss": 1.0}  # what a cell shows
+    assert json.loads((tmp_path / "r.json").read_text())["_readiness_clean"] == 1  # still kept
+
+
 def test_record_without_runner_only_prints(monkeypatch, capsys):
     monkeypatch.delenv(results.RESULTS_ENV, raising=False)
     assert results.record(loss=1.25) == {"loss": 1.25}
