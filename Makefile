@@ -51,9 +51,10 @@ run: $(READY)
 smoke: $(READY)
 	$(BIN)/python tools/run_notebooks.py --smoke --jobs $(JOBS) $(RUN_ARGS)
 
-# Two pytest workers, one test file each at a time: much of a test's time is a fresh process
-# importing TensorFlow or waiting for a worker process, which overlaps well on 2 cores.
-PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadfile
+# Two pytest workers: much of a test's time is a fresh process importing TensorFlow or waiting
+# for a worker process, which overlaps well on 2 cores. A module's tests stay on one worker
+# (tests/conftest.py says which modules' tests are spread instead).
+PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadgroup
 # Tests marked slow (end-to-end runs of a tool) run once per CI run: on the main stack.
 NOT_SLOW = $(if $(filter main,$(STACK)),,-m "not slow")
 
@@ -106,12 +107,18 @@ release: $(READY)
 	$(if $(VERSION),,$(error make release VERSION=X.Y.Z))
 	$(BIN)/python tools/release.py $(VERSION)
 
+# The environment is built with uv (pinned here, installed into the venv by pip): it installs the
+# same pinned requirements as pip would, about ten times faster (15 s instead of 3 minutes for a
+# stack's ~600 MB of wheels), which matters because CI builds three environments from scratch.
+UV_VERSION := 0.13.9
+UV_PIP = $(BIN)/uv pip install --quiet --python $(BIN)/python
+
 $(READY): $(REQUIREMENTS) requirements-tools.txt pyproject.toml
 	$(if $(STACK_PYTHON),python3 tools/find_python.py $(STACK_PYTHON) >/dev/null)
 	$(if $(STACK_PYTHON),$$(python3 tools/find_python.py $(STACK_PYTHON)),python3) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r $(REQUIREMENTS)
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	$(UV_PIP) -r $(REQUIREMENTS)
+	$(UV_PIP) --no-deps -e .
 	touch $@
 
 clean:

@@ -15,6 +15,19 @@ import pytest
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
 
+# pytest-xdist runs with --dist loadgroup: a module's tests stay together (its module fixtures are
+# computed once), except in these modules, whose tests each start their own processes and share
+# no expensive fixture: they are spread over the workers, so one long module does not set the
+# wall time. A test there that shares a module fixture names its own xdist_group.
+SPREAD_MODULES = {"test_preemption", "test_strategy", "test_fitting", "test_quiet"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2]
+        if module not in SPREAD_MODULES and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(module))
+
 
 def _run_python(code: str, env: dict | None = None, timeout: float = 300, check: bool = True):
     """Run ``code`` in a fresh interpreter; return the CompletedProcess (text output).

@@ -31,8 +31,10 @@ class Settings:
 
 
 FULL = Settings()
-_QUICK_WORK = dict(repeats=5, steps_per_call=20, fit_steps=60, lesson_steps=12)
-_QUICK_DATA = dict(recipe_examples=8192, recipe_steps=32, pipeline_batches=16)
+# Quick mode checks that every measurement runs and every ratio is computed, not the numbers
+# themselves: the least work that still gives each comparison three timed repetitions.
+_QUICK_WORK = dict(repeats=3, steps_per_call=10, fit_steps=32, lesson_steps=6)
+_QUICK_DATA = dict(recipe_examples=4096, recipe_steps=32, pipeline_batches=8)
 QUICK = dataclasses.replace(FULL, notebooks_and_tests=False, **_QUICK_WORK, **_QUICK_DATA)
 
 
