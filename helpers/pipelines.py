@@ -15,6 +15,7 @@ module holds what notebook 06 measures:
   ``compare_timings``: measurements taken in one run, the candidates taking turns round by
   round, so that a busy machine slows every candidate alike; they live in :mod:`helpers.timing`
   with every other clock and are importable from here, as notebook 06 calls them;
+- :func:`fill_caches`: one full pass over each pipeline that caches, before it is timed;
 - :func:`input_wait_fraction`: how much of a step is spent waiting for input;
 - :func:`autoshard_preview`, :func:`files_for_host` and :func:`shard_plan`: how files are split
   over the workers or hosts that read them.
@@ -318,6 +319,29 @@ def transformations(dataset) -> list[str]:
         names.append(type(dataset).__name__.lstrip("_"))
         dataset = getattr(dataset, "_input_dataset", None)
     return names[::-1]
+
+
+def fill_caches(datasets, batches: int) -> list[str]:
+    """Draw ``batches`` batches from each pipeline of ``datasets`` (name -> dataset) that has a
+    ``cache()``; return the names of those pipelines (notebook 06).
+
+    Make ``batches`` one full pass and one batch more: the cache is then complete, kept by the
+    dataset and shared by every later iterator, so a measurement afterwards sees the steady
+    state. Pipelines without a cache are left alone: a pass over them prepares nothing that a
+    later iterator could use, it would only cost a full pass of their work.
+    """
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ValueError(f"batches must be a positive integer, got {batches!r}")
+    filled = []
+    for name, ds in datasets.items():
+        if "CacheDataset" not in transformations(ds):
+            continue
+        iterator = iter(ds)
+        for _ in range(batches):
+            next(iterator)
+        del iterator  # its background threads stop before the next pipeline is read
+        filled.append(name)
+    return filled
 
 
 def input_wait_fraction(step_seconds: float, cached_step_seconds: float) -> float:

@@ -389,3 +389,27 @@ def test_shard_plan():
     ):
         with pytest.raises(ValueError, match=message):
             pipelines.shard_plan(**kwargs)
+
+
+def test_fill_caches_reads_only_the_pipelines_that_cache():
+    reads = {"cached": 0, "plain": 0}
+
+    def counted(name):
+        def count(x):
+            reads[name] += 1
+            return x
+
+        return lambda x: tf.py_function(count, [x], tf.int64)
+
+    cached = tf.data.Dataset.range(10).map(counted("cached")).cache().repeat().batch(5)
+    plain = tf.data.Dataset.range(10).map(counted("plain")).repeat().batch(5)
+    assert pipelines.fill_caches({"cached": cached, "plain": plain}, 3) == ["cached"]
+    assert reads == {"cached": 10, "plain": 0}  # one full pass filled the cache; no more
+    assert [int(v) for v in next(iter(cached))] == [0, 1, 2, 3, 4]
+    assert reads["cached"] == 10  # a later iterator reads from the cache
+
+
+@pytest.mark.parametrize("batches", [0, -1, 1.5, True])
+def test_fill_caches_rejects_bad_batches(batches):
+    with pytest.raises(ValueError, match="batches"):
+        pipelines.fill_caches({}, batches)
