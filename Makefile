@@ -82,6 +82,7 @@ lint: $(READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/sync_notebooks.py --check
+	$(BIN)/nbstripout --verify notebooks/*.ipynb  # stored as `make sync` leaves them
 
 sync: $(READY)
 	$(BIN)/nbstripout notebooks/*.ipynb
