@@ -421,10 +421,34 @@ def _main(argv: list[str] | None = None) -> int:
     config = _parse_args(argv)
     log = _ProgressLog(config.log_path)
     log.write("launch", config=asdict(config))
+    _fail_early_if_nothing_to_resume(config)  # seconds before TensorFlow would have loaded
     strategy = _strategy(config.replicas)  # before any other TensorFlow op
     train = _train_custom if config.mode == "custom" else _train_fit
     train(config, strategy, log)
     return 0
+
+
+def _fail_early_if_nothing_to_resume(config: RunConfig) -> None:
+    """A run asked to continue, with nothing at all to continue from, fails before it starts.
+
+    Only the plain case is decided here (no checkpoint folder or no files in it; no backup
+    metadata for ``fit``); anything else, a damaged folder included, is for the training code,
+    which repairs and reads what is there.
+    """
+    from helpers.checkpoints import CheckpointNotFoundError
+
+    if not config.require_checkpoint:
+        return
+    workdir = Path(config.workdir)
+    if config.mode == "fit":
+        found = (workdir / "backup" / "training_metadata.json").exists()
+    else:
+        found = (workdir / "checkpoints").is_dir() and any((workdir / "checkpoints").iterdir())
+    if not found:
+        where = workdir / ("backup" if config.mode == "fit" else "checkpoints")
+        raise CheckpointNotFoundError(
+            f"nothing to resume in {where}, and this run was asked to continue one"
+        )
 
 
 def _parse_args(argv: list[str] | None = None) -> RunConfig:

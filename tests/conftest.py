@@ -19,7 +19,7 @@ QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
 # computed once), except in these modules, whose tests each start their own processes and share
 # no expensive fixture: they are spread over the workers, so one long module does not set the
 # wall time. A test there that shares a module fixture names its own xdist_group.
-SPREAD_MODULES = {"test_preemption", "test_strategy", "test_fitting", "test_quiet"}
+SPREAD_MODULES = {"test_preemption", "test_strategy", "test_fitting"}
 
 
 def pytest_collection_modifyitems(items):

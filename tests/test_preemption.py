@@ -257,6 +257,25 @@ def test_a_restart_that_finds_no_checkpoint_fails(tmp_path, mode):
         preemption.run_to_end(config, timeout=RUN_TIMEOUT)
 
 
+@pytest.mark.parametrize("mode", ["custom", "fit"])
+def test_nothing_to_resume_is_found_before_tensorflow_loads(tmp_path, mode):
+    """The check the child runs first: it decides the plain cases and leaves the rest alone."""
+    from helpers.checkpoints import CheckpointNotFoundError
+
+    config = _config(tmp_path, "run", mode=mode, require_checkpoint=True)
+    with pytest.raises(CheckpointNotFoundError, match="nothing to resume"):
+        preemption._fail_early_if_nothing_to_resume(config)
+    folder = tmp_path / "run" / ("backup" if mode == "fit" else "checkpoints")
+    folder.mkdir(parents=True)
+    if mode == "custom":  # any file: a damaged folder is for the repair code to judge
+        (folder / "ckpt-4.index").write_bytes(b"")
+    else:
+        (folder / "training_metadata.json").write_text("{}")
+    preemption._fail_early_if_nothing_to_resume(config)
+    fresh = _config(tmp_path, "fresh", mode=mode)  # not asked to continue: nothing to check
+    preemption._fail_early_if_nothing_to_resume(fresh)
+
+
 def test_a_run_that_ends_before_its_kill_point_is_reported(tmp_path):
     config = _config(tmp_path, "run", epochs=1, hold_at=2, hold_timeout=0.5)
     with pytest.raises(preemption.RunFailed, match=r"ended by itself \(exit 3\)") as err:
