@@ -54,7 +54,7 @@ smoke: $(READY)
 # Two pytest workers: much of a test's time is a fresh process importing TensorFlow or waiting
 # for a worker process, which overlaps well on 2 cores. A module's tests stay on one worker
 # (tests/conftest.py says which modules' tests are spread instead).
-PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --dist loadgroup
+PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # Tests marked slow (end-to-end runs of a tool) run once per CI run: on the main stack.
 NOT_SLOW = $(if $(filter main,$(STACK)),,-m "not slow")
 

@@ -10,23 +10,36 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
 
-# pytest-xdist runs with --dist loadgroup: a module's tests stay together (its module fixtures are
-# computed once), except in these modules, whose tests each start their own processes and share
-# no expensive fixture: they are spread over the workers, so one long module does not set the
-# wall time. A test there that shares a module fixture names its own xdist_group.
-SPREAD_MODULES = {"test_preemption", "test_strategy", "test_fitting"}
+# With pytest-xdist (make test: -n 2), a module's tests run on one worker, so its module fixtures
+# are computed once; the tests of these modules each start their own processes and share no
+# expensive fixture, so they are spread over the workers instead: one long module no longer sets
+# the wall time. Tests named by a prefix here stay together (they share a module fixture).
+SPREAD_MODULES = {
+    "test_preemption": ("test_custom_loop_killed_",),  # both compare with `uninterrupted`
+    "test_strategy": (),
+    "test_fitting": (),
+}
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        module = item.module.__name__.rpartition(".")[2]
-        if module not in SPREAD_MODULES and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(module))
+def pytest_xdist_make_scheduler(config, log):
+    """Scope = the module, or the test itself in SPREAD_MODULES (xdist's loadscope otherwise)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesUnlessSpread(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, test = nodeid.partition("::")
+            together = SPREAD_MODULES.get(Path(path).stem)
+            if together is None or (together and test.startswith(together)):
+                return path
+            return nodeid
+
+    return ModulesUnlessSpread(config, log)
 
 
 def _run_python(code: str, env: dict | None = None, timeout: float = 300, check: bool = True):

@@ -166,8 +166,6 @@ def _summary(config):
 # Notebook 08 kills and resumes a custom loop and a fit run on every stack; these kill tests run
 # once per CI run, on the main stack (pytest -m slow).
 ALSO_IN_NOTEBOOK_08 = pytest.mark.slow
-# The tests that compare with the uninterrupted run share one worker, so it runs once.
-NEEDS_REFERENCE = pytest.mark.xdist_group("preemption_reference")
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +179,6 @@ def uninterrupted(tmp_path_factory):
 
 
 @ALSO_IN_NOTEBOOK_08
-@NEEDS_REFERENCE
 def test_custom_loop_killed_inside_a_save_resumes_exactly(tmp_path, uninterrupted):
     kill_at = STEPS_PER_EPOCH + SAVE_EVERY  # mid-epoch 2, inside the save of step 12
     config = _config(tmp_path, "run", hold_at=kill_at, hold_where="before-commit")
@@ -209,7 +206,6 @@ def test_custom_loop_killed_inside_a_save_resumes_exactly(tmp_path, uninterrupte
 
 
 @ALSO_IN_NOTEBOOK_08
-@NEEDS_REFERENCE
 def test_custom_loop_killed_while_running_resumes_exactly(tmp_path, uninterrupted):
     """No hold: the parent kills as soon as it reads step >= 10, wherever the child is then."""
     config = _config(tmp_path, "run", step_delay=0.25)  # a run that lasts long enough to be hit
