@@ -109,11 +109,11 @@ release: $(READY)
 	$(BIN)/python tools/release.py $(VERSION)
 
 # The environment is built with uv (pinned here, installed into the venv by pip): it installs the
-# same pinned requirements as pip would, about ten times faster (15 s instead of 3 minutes for a
-# stack's ~600 MB of wheels), which matters because CI builds three environments from scratch.
+# same pinned requirements as pip would, several times faster (under a minute instead of about 3
+# for a stack's ~600 MB of wheels), which matters because CI builds three environments from scratch.
 UV_VERSION := 0.13.9
 # --compile-bytecode, as pip does: with PYTHONDONTWRITEBYTECODE set (as on some CI machines) an
-# uncompiled TensorFlow takes 20 s instead of 6 to import, in every kernel and child process.
+# uncompiled TensorFlow takes 21 s instead of 8 to import, in every kernel and child process.
 UV_PIP = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 
 $(READY): $(REQUIREMENTS) requirements-tools.txt pyproject.toml

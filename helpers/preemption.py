@@ -439,15 +439,14 @@ def _fail_early_if_nothing_to_resume(config: RunConfig) -> None:
 
     if not config.require_checkpoint:
         return
-    workdir = Path(config.workdir)
+    folder = Path(config.workdir) / ("backup" if config.mode == "fit" else "checkpoints")
     if config.mode == "fit":
-        found = (workdir / "backup" / "training_metadata.json").exists()
+        found = (folder / "training_metadata.json").exists()
     else:
-        found = (workdir / "checkpoints").is_dir() and any((workdir / "checkpoints").iterdir())
+        found = folder.is_dir() and any(folder.iterdir())
     if not found:
-        where = workdir / ("backup" if config.mode == "fit" else "checkpoints")
         raise CheckpointNotFoundError(
-            f"nothing to resume in {where}, and this run was asked to continue one"
+            f"nothing to resume in {folder}, and this run was asked to continue one"
         )
 
 

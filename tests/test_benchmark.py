@@ -2,7 +2,7 @@
 
 No timing thresholds: whatever the machine's speed, the checks are that each measurement ran,
 that each ratio is the one its own recorded repetitions give, and that the report says what was
-skipped or unsupported. The quick run takes about 4-6 minutes on 2 CPU cores.
+skipped or unsupported. The quick run takes about 2 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
