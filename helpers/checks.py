@@ -11,6 +11,7 @@ import re
 from contextlib import contextmanager
 
 MAX_DETAIL_LINES = 6
+ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")  # Keras colours parts of its messages
 
 
 class ExpectedErrorMissing(AssertionError):
@@ -22,7 +23,8 @@ def expect_error(*types: type[BaseException], match: str | None = None):
     """Run the ``with`` block, require it to raise one of ``types``, print the error.
 
     ``match`` is a regular expression that the error message must contain. Yields a one-item
-    list that holds the caught exception afterwards, for further checks.
+    list that holds the caught exception afterwards, for further checks. Long TensorFlow errors
+    are shown short: their first line, the line ``match`` found, and how many lines were left out.
     """
     types = types or (Exception,)
     caught: list[BaseException] = []
@@ -33,13 +35,27 @@ def expect_error(*types: type[BaseException], match: str | None = None):
         if match is not None and not re.search(match, message):
             raise AssertionError(f"expected an error matching {match!r}, got: {message}") from err
         caught.append(err)
-        first = message.splitlines()[0] if message else ""
-        print(f"Raised, as expected: {type(err).__name__}: {first}")
-        rest = message.splitlines()[1:]
-        for line in rest[:MAX_DETAIL_LINES]:
-            print("    " + line)
-        if len(rest) > MAX_DETAIL_LINES:  # TensorFlow errors carry long stacks: keep the gist
-            print(f"    ... ({len(rest) - MAX_DETAIL_LINES} more lines)")
+        _show(type(err).__name__, message, match)
     else:
         names = " or ".join(t.__name__ for t in types)
         raise ExpectedErrorMissing(f"expected {names}, but nothing was raised")
+
+
+def _show(name: str, message: str, match: str | None) -> None:
+    """Print an error's first line; then the line ``match`` found if the first line lacks it
+    (TensorFlow's graph errors put the reason under hundreds of lines of stack), otherwise the
+    next few lines when there is no ``match``; then how many lines are not shown."""
+    lines = [ANSI_CODES.sub("", line) for line in message.splitlines()] or [""]
+    print(f"Raised, as expected: {name}: {lines[0]}")
+    rest = lines[1:]
+    if match is None:
+        shown = rest[:MAX_DETAIL_LINES]
+    elif re.search(match, lines[0]):
+        shown = []
+    else:  # the first line that matches; a match across lines shows the next few instead
+        found = [line.strip() for line in rest if re.search(match, line)]
+        shown = found[:1] or rest[:MAX_DETAIL_LINES]
+    for line in shown:
+        print("    " + line)
+    if len(rest) > len(shown):
+        print(f"    ({len(rest) - len(shown)} more lines)")

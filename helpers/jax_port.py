@@ -256,4 +256,5 @@ def check_device_equivalence(
         reference, make_model, x, y, global_batch_size, steps=steps, weights=start
     )
     pair, losses = (devices, reference_devices), (multi_loss, single_loss)
-    return loops.compare_runs(pair, steps, names, start, (multi, single), losses, rtol)
+    # Devices, not replicas: a sharded model has fewer copies than devices (2 on a 2 x 4 mesh).
+    return loops.compare_runs(pair, steps, names, start, (multi, single), losses, rtol, "devices")

@@ -191,6 +191,7 @@ class Equivalence:
     rtol: float
     losses: tuple[float, float]
     per_variable: dict[str, float] = field(default_factory=dict)
+    unit: str = "replicas"  # what the two counts count: "devices" for a sharded model (12)
 
     @property
     def tolerance(self) -> float:
@@ -208,7 +209,7 @@ class Equivalence:
         """Return ``self`` when the runs agree; raise :class:`ReplicaMismatchError` otherwise."""
         if not self.ok:
             raise ReplicaMismatchError(
-                f"weights after {self.steps} steps differ between {self.replicas} replicas and "
+                f"weights after {self.steps} steps differ between {self.replicas} {self.unit} and "
                 f"{self.reference_replicas}: max difference {self.max_weight_diff:.3g} (in "
                 f"{self.worst_variable}) > tolerance {self.tolerance:.3g}. Mean losses "
                 f"{self.losses[0]:.5g} vs {self.losses[1]:.5g}. Is each replica's loss divided by "
@@ -220,7 +221,7 @@ class Equivalence:
     def __str__(self) -> str:
         verdict = "same weights" if self.ok else "DIFFERENT weights"
         return (
-            f"{verdict}: {self.replicas} replicas vs {self.reference_replicas}, "
+            f"{verdict}: {self.replicas} {self.unit} vs {self.reference_replicas}, "
             f"{self.steps} steps\n"
             f"  max weight difference {self.max_weight_diff:.3g} "
             f"(tolerance {self.tolerance:.3g} = {self.rtol:g} x largest update "
@@ -351,7 +352,9 @@ def check_replica_equivalence(
     )
 
 
-def compare_runs(replicas, steps, names, start, finals, losses, rtol) -> Equivalence:
+def compare_runs(
+    replicas, steps, names, start, finals, losses, rtol, unit="replicas"
+) -> Equivalence:
     """The :class:`Equivalence` of two runs from the same ``start`` weights.
 
     ``replicas`` and ``losses`` are (run, reference) pairs; ``finals`` the two runs' final
@@ -379,4 +382,5 @@ def compare_runs(replicas, steps, names, start, finals, losses, rtol) -> Equival
         rtol=rtol,
         losses=tuple(losses),
         per_variable=per_variable,
+        unit=unit,
     )

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers import runtime
 from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
 
 LOOPBACK = "127.0.0.1"
@@ -254,17 +255,16 @@ class WorkerRun:
 def worker_env(ports: Sequence[int], index: int, extra: Mapping[str, str | None] | None = None):
     """The environment of worker ``index``: this one, plus its ``TF_CONFIG``, on the CPU only.
 
-    ``TPU_LOAD_LIBRARY=0`` keeps a worker from grabbing a TPU that the notebook's own process
-    owns; an empty ``CUDA_VISIBLE_DEVICES`` keeps it off any GPU. The helpers package the parent
+    ``runtime.CPU_ONLY_ENV`` keeps a worker off the TPU or GPU that the notebook's own process
+    owns. The helpers package the parent
     uses is put on ``PYTHONPATH`` so ``python -m helpers...`` finds the same code.
     """
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.update(
+        runtime.CPU_ONLY_ENV,
         TF_CONFIG=json.dumps(tf_config(ports, index)),
-        TPU_LOAD_LIBRARY="0",
-        CUDA_VISIBLE_DEVICES="",
         TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
         PYTHONUNBUFFERED="1",
     )

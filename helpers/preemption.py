@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers import runtime
+
 MODES = ("fit", "custom")
 HOLD_WHERE = ("after-step", "before-commit")
 CRASH_IN = ("random", "shards", "merge", "commit", "rename", "sweep", "restate")  # save_faults
@@ -530,14 +532,19 @@ class Outcome:
 def _launch(config: RunConfig, env: dict | None):
     workdir = Path(config.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
-    child_env.update(env or {})
     # Output goes to a file, not a pipe: a full pipe would block the child.
     out = open(workdir / f"output-{time.time_ns()}.txt", "w")
     proc = subprocess.Popen(
-        command(config), stdout=out, stderr=subprocess.STDOUT, env=child_env, cwd=workdir
+        command(config), stdout=out, stderr=subprocess.STDOUT, env=child_env(env), cwd=workdir
     )
     return proc, out
+
+
+def child_env(extra: dict | None = None) -> dict:
+    """A training program's environment: this one, quiet, on the CPU only (see ``_strategy``),
+    so it leaves alone the TPU or GPU that this process owns; then ``extra``."""
+    env = {**os.environ, **runtime.CPU_ONLY_ENV, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return {**env, "PYTHONWARNINGS": "ignore", **(extra or {})}
 
 
 def _failure(message: str, proc, out, config: RunConfig) -> RunFailed:

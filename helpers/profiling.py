@@ -260,6 +260,7 @@ class ProfileSummary:
     compute_share: float  # of step time, at least one op was computing
     batches_per_step: float  # training steps run inside one marked step (one call)
     retraced_calls: int  # tf.function calls inside the profile that traced a new graph
+    # ms summed over every thread and every recorded call, so they can exceed the wall time
     slowest_ops: dict[str, float] = field(default_factory=dict)  # op type -> ms
     data_stages: dict[str, float] = field(default_factory=dict)  # tf.data stage -> ms
 
@@ -270,7 +271,7 @@ class ProfileSummary:
 
     def __str__(self) -> str:
         return (
-            f"{self.steps} steps of {self.mean_step_ms:.1f} ms: input {self.input_share:.0%}, "
+            f"{self.steps} profiled calls of {self.mean_step_ms:.1f} ms: input {self.input_share:.0%}, "
             f"compute {self.compute_share:.0%}, other {self.other_share:.0%}; "
             f"{self.batches_per_step:g} training step(s) per call; "
             f"{self.retraced_calls} call(s) traced"

@@ -17,20 +17,17 @@ from pathlib import Path
 RESULTS_ENV = "FIELD_GUIDE_RESULTS"
 
 
-def record(**values: float | int | str | bool) -> dict:
-    """Record named results; return everything recorded so far in this run.
+def record(**values: float | int | str | bool) -> None:
+    """Print named results, one per line, and keep them for the headless run's summary.
 
-    The run's own counters (:func:`count`, names starting with ``_``) are left out of what is
-    returned: a notebook cell that ends with ``record(...)`` shows the result, and a reader has
-    no use for them.
+    Returns nothing, so a cell ending with ``record(...)`` shows only those lines.
     """
     values = {name: _plain(value) for name, value in values.items()}
     for name, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"result {name} is not a finite number: {value}")
         print(f"{name}: {_format(value)}")
-    saved = _merge(lambda saved: saved.update(values)) or dict(values)
-    return {name: value for name, value in saved.items() if not name.startswith("_")}
+    _merge(lambda saved: saved.update(values))
 
 
 def count(name: str) -> int | None:

@@ -30,6 +30,11 @@ TF_DISTRIBUTIONS = (
 )
 
 
+# For a child process that must stay on the CPU because this process owns the accelerator: it
+# must not load libtpu (the TPU serves one process) nor map a GPU's memory (notebooks 08 and 09).
+CPU_ONLY_ENV = {"TPU_LOAD_LIBRARY": "0", "CUDA_VISIBLE_DEVICES": ""}
+
+
 class TPUUnusableError(RuntimeError):
     """TPU hardware is present but this TensorFlow cannot use it. The message says the fix."""
 

@@ -244,13 +244,11 @@ def compare_throughput(
     seconds: float = 1.0,
     warmup: int = 2,
     rounds: int = 3,
-    prime: int = 0,
 ) -> dict[str, Throughput]:
     """Measure each ``tf.data`` pipeline's throughput and CPU cost in one run (notebook 06).
 
-    First ``prime`` batches are drawn from each pipeline: for a pipeline with ``cache()`` make
-    that one full pass over the data, so the cache is filled (it is kept by the dataset and
-    shared by later iterators). Then, for ``rounds`` rounds, the pipelines take turns: each gets
+    Fill any ``cache()`` first (``pipelines.fill_caches``), or the first round times the filling.
+    For ``rounds`` rounds the pipelines take turns: each gets
     a fresh iterator (an old one would have prepared batches in the background while another
     pipeline was timed), ``warmup`` untimed batches, then as many batches as it can deliver in
     ``seconds``. Every pipeline is timed for the same duration, so a pause of the machine costs
@@ -265,16 +263,12 @@ def compare_throughput(
         raise ValueError("no pipelines to measure")
     if not seconds > 0 or not math.isfinite(seconds):
         raise ValueError(f"seconds must be a positive number, got {seconds!r}")
-    for label, value, low in (("warmup", warmup, 0), ("rounds", rounds, 1), ("prime", prime, 0)):
+    for label, value, low in (("warmup", warmup, 0), ("rounds", rounds, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{label} must be an integer >= {low}, got {value!r}")
     sizes: dict[str, int] = {}
     for name, ds in pipelines.items():
-        iterator = iter(ds)
-        for _ in range(prime):
-            next(iterator)
-        sizes[name] = _batch_size(next(iterator))
-        del iterator
+        sizes[name] = _batch_size(next(iter(ds)))
     wall: dict[str, list[float]] = {name: [] for name in pipelines}
     cpu: dict[str, list[float]] = {name: [] for name in pipelines}
     for _ in range(rounds):

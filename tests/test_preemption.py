@@ -87,6 +87,13 @@ def test_kill_point_is_required(tmp_path):
 # ----------------------------------------------------------------------- data and logs
 
 
+def test_training_programs_stay_off_the_accelerator_this_process_owns(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    env = preemption.child_env({"EXTRA": "1"})
+    assert env["TPU_LOAD_LIBRARY"] == "0" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["EXTRA"] == "1" and env["PATH"] == os.environ["PATH"]
+
+
 def test_resumable_dataset_continues_in_the_same_order():
     x = np.arange(20, dtype=np.float32).reshape(20, 1)
     y = np.arange(20, dtype=np.int32)  # 5 steps of 4: each epoch is a permutation of all

@@ -14,33 +14,30 @@ from helpers import checks, models, plots, results
 def test_record_prints_and_merges_into_the_results_file(monkeypatch, tmp_path, capsys):
     path = tmp_path / "r" / "01.json"
     monkeypatch.setenv(results.RESULTS_ENV, str(path))
-    results.record(accuracy=np.float32(0.5), replicas=8)
-    saved = results.record(dataset="digits")
-    assert (
-        json.loads(path.read_text())
-        == saved
-        == {
-            "accuracy": 0.5,
-            "replicas": 8,
-            "dataset": "digits",
-        }
-    )
+    assert results.record(accuracy=np.float32(0.5), replicas=8) is None  # a cell shows the prints
+    results.record(dataset="digits")
+    assert json.loads(path.read_text()) == {
+        "accuracy": 0.5,
+        "replicas": 8,
+        "dataset": "digits",
+    }
     out = capsys.readouterr().out
     assert "accuracy: 0.5" in out and "replicas: 8" in out
     assert not list(path.parent.glob("*.tmp"))
 
 
-def test_record_returns_results_without_the_runs_counters(monkeypatch, tmp_path):
+def test_record_keeps_the_runs_counters(monkeypatch, tmp_path):
     monkeypatch.setenv(results.RESULTS_ENV, str(tmp_path / "r.json"))
     assert results.count("readiness_clean") == 1
-    assert results.record(loss=1.0) == {"loss": 1.0}  # what a cell shows
-    assert json.loads((tmp_path / "r.json").read_text())["_readiness_clean"] == 1  # still kept
+    results.record(loss=1.0)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved == {"_readiness_clean": 1, "loss": 1.0}
 
 
 def test_record_without_runner_only_prints(monkeypatch, capsys):
     monkeypatch.delenv(results.RESULTS_ENV, raising=False)
-    assert results.record(loss=1.25) == {"loss": 1.25}
-    assert "loss: 1.25" in capsys.readouterr().out
+    results.record(loss=1.25)
+    assert capsys.readouterr().out == "loss: 1.25\n"
 
 
 def test_count_adds_silently_to_the_results_file(monkeypatch, tmp_path, capsys):
@@ -77,6 +74,24 @@ def test_expect_error_passes_on_the_expected_error(capsys):
         raise ValueError("bad batch\ndetails")
     assert isinstance(caught[0], ValueError)
     assert "Raised, as expected: ValueError: bad batch" in capsys.readouterr().out
+
+
+def test_expect_error_shows_the_line_that_matches_under_a_long_stack(capsys):
+    stack = "\n".join(f'  File "x.py", line {i}, in f' for i in range(300))
+    reason = "\x1b[1m(0) INVALID_ARGUMENT: You must feed a value for placeholder tensor 'p'\x1b[0m"
+    with checks.expect_error(RuntimeError, match="placeholder"):
+        raise RuntimeError(f"Graph execution error:\n{stack}\n{reason}\nmore")
+    assert capsys.readouterr().out.splitlines() == [
+        "Raised, as expected: RuntimeError: Graph execution error:",
+        "    (0) INVALID_ARGUMENT: You must feed a value for placeholder tensor 'p'",
+        "    (301 more lines)",
+    ]
+    with checks.expect_error(ValueError, match="scope"):
+        raise ValueError("made outside the scope: <tf.Variable numpy=\narray([[0.1,\n 0.2]])>")
+    assert capsys.readouterr().out.splitlines() == [
+        "Raised, as expected: ValueError: made outside the scope: <tf.Variable numpy=",
+        "    (2 more lines)",
+    ]
 
 
 def test_expect_error_fails_when_nothing_is_raised():

@@ -213,3 +213,25 @@ def test_setup_stops_at_another_release_of_this_package(tmp_path):
     assert run.returncode != 0
     assert f"found tpu-field-guide 0.0.1 at {package / '__init__.py'}" in run.stderr
     assert "%pip install -U git+https://github.com/" in run.stderr
+
+
+def test_setup_explains_a_failed_install_of_the_helpers(tmp_path):
+    # As on Colab or Kaggle without the helpers, when pip cannot fetch them (no network, no tag).
+    prelude = textwrap.dedent("""\
+        import importlib.util, subprocess
+        real_find_spec = importlib.util.find_spec
+        importlib.util.find_spec = lambda name, *a: None if name == "helpers" else real_find_spec(name, *a)
+        subprocess.call = lambda command: print("pip:", " ".join(command[3:])) or 1
+    """)
+    run = subprocess.run(
+        [sys.executable, "-c", prelude + _setup_code()],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode != 0 and "setup passed" not in run.stdout
+    assert f"pip: install -q git+https://github.com/{CFG['github']}@{CFG['release']}" in run.stdout
+    message = run.stderr.strip().splitlines()[-1]
+    assert message.startswith("RuntimeError: pip could not install git+https://github.com/")
+    assert "copy the repository's helpers/ folder into the working directory" in message

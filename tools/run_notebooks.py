@@ -145,7 +145,7 @@ HEADLINES = {
     "07": "{assignments_checked} device assignments checked",
     "08": "killed run resumed with identical weights: {custom_identical_weights}; restored outputs differ by {restore_output_max_diff:.1e}",
     "09": "{workers} workers, final loss {final_loss:.3f}",
-    "10": "{problems_as_written} problems found as written, {problems_fixed} after the fixes",
+    "10": "{problems_as_written} problems found as written, {problems_left_after_fixes} after the fixes",
     "12": "8 vs 1 devices, weights differ by {max_weight_diff:.1e}, sharded {sharded_max_weight_diff:.1e}",
 }
 

@@ -62,7 +62,11 @@ import sys
 RELEASE = "{release}"  # the release of this collection's helpers that the lessons are written for
 package = f"git+https://github.com/{github}@{{RELEASE}}"
 if importlib.util.find_spec("helpers") is None:  # Colab or Kaggle: fetch the shared helpers
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", package])
+    if subprocess.call([sys.executable, "-m", "pip", "install", "-q", package]) != 0:
+        raise RuntimeError(
+            f"pip could not install {{package}} (its reason is above). Check the network; or copy"
+            " the repository's helpers/ folder into the working directory and run this cell again."
+        )
     importlib.invalidate_caches()
 import helpers
 
@@ -90,7 +94,7 @@ from helpers import quiet, runtime
 # Before TensorFlow's first import: its log lines stay out of the cells, warnings still show.
 quiet.quiet_tensorflow()
 # Stops here, with the exact fix, when TPU hardware is present but this TensorFlow can't use it.
-runtime.ensure_tensorflow()""",
+tpu_support = runtime.ensure_tensorflow()""",
     ),
     "helpers-only": (
         "This lesson does not use TensorFlow, so the cell does nothing more.",
