@@ -233,3 +233,21 @@ def test_runner_with_two_jobs_keeps_each_notebooks_results_apart(tmp_path, monke
         ("02_second.ipynb", {"which": 2}),
     ]
     assert "2 at a time" in capsys.readouterr().out
+
+
+def test_every_headline_names_numbers_its_notebook_records(notebook):
+    # The summary of `make run` says each notebook's result in words; a renamed result would
+    # silently fall back to raw numbers.
+    path, nb = notebook
+    template = run_notebooks.HEADLINES.get(path.name[:2])
+    assert template, f"add a headline for {path.name} to tools/run_notebooks.py HEADLINES"
+    recorded = {
+        keyword.arg
+        for cell in nb["cells"]
+        if cell["cell_type"] == "code" and not _source(cell).lstrip().startswith(("%", "!"))
+        for node in ast.walk(ast.parse(_source(cell)))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "results.record"
+        for keyword in node.keywords
+    }
+    named = {field.split(":")[0] for field in re.findall(r"{(\w+(?::[^}]*)?)}", template)}
+    assert named <= recorded, f"{path.name}: {sorted(named - recorded)} not recorded"

@@ -136,6 +136,7 @@ def run_one(path: Path, out: Path, smoke: bool, cell_timeout: int) -> dict:
 
 # The headline of each notebook in words, from the numbers it recorded (helpers.results.record).
 HEADLINES = {
+    "00": "self-test: {checks_passed} checks passed, {checks_info} for information; recipe {recipe_speedup:.2f}x the classic",
     "01": "{replicas} replicas ({strategy}), {train_examples} training images of {dataset}",
     "02": "loss {first_loss:.3f} -> {last_loss:.3f} on {replicas} replicas; copies differ by {copies_spread:g}",
     "03": "held-out accuracy {val_accuracy:.1%}; loss gap to one device {loss_gap_evaluate:.1e}",
@@ -146,6 +147,7 @@ HEADLINES = {
     "08": "killed run resumed with identical weights: {custom_identical_weights}; restored outputs differ by {restore_output_max_diff:.1e}",
     "09": "{workers} workers, final loss {final_loss:.3f}",
     "10": "{problems_as_written} problems found as written, {problems_left_after_fixes} after the fixes",
+    "11": "input waits {input_share_naive:.0%} -> {input_share_fast:.0%} of a step; {retraced_calls} retracing calls {step_ms_retracing_over_fixed:.1f}x slower",
     "12": "8 vs 1 devices, weights differ by {max_weight_diff:.1e}, sharded {sharded_max_weight_diff:.1e}",
 }
 
@@ -187,7 +189,8 @@ def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> 
                 executed = executed.relative_to(ROOT)
             except ValueError:
                 pass
-            where = f"{executed} ({row.get('plots', 0)} plots)"
+            plots = row.get("plots", 0)
+            where = f"{executed} ({plots} plot{'' if plots == 1 else 's'})"
         lines.append(
             f"| {row['notebook'][:2]} {Path(row['notebook']).stem[3:]} | {row['status']} "
             f"| {row['seconds']} | {text} | {where} |"
