@@ -1,7 +1,7 @@
 # The two commands a newcomer needs (see README.md):
 #   make run    set up .venv and execute every notebook headless, printing a summary
 #   make test   set up .venv and run lint, structure checks, unit tests and every notebook
-# Other targets: make smoke (the quick headless run), make bench (the performance report,
+# Other targets: make env (only the environment), make smoke (the quick headless run), make bench (the performance report,
 # build/benchmark.md; make bench-quick for the reduced mode the tests run), make sync (regenerate
 # derived cells and the README table, strip outputs), make lab (JupyterLab), make check-routes
 # (resolve every install route against the package index with pip --dry-run; installs nothing),
@@ -36,7 +36,7 @@ NB ?=
 # One folder per environment (and per NB selection), so parallel runs never clobber each other.
 SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
 
-.PHONY: run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean
+.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Full runs go to build/full, smoke runs to build/smoke.
@@ -44,6 +44,9 @@ RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n))
 # make run executes one notebook at a time, so the ratios the lessons measure are not disturbed;
 # smoke and test run two at once (a notebook spends much of its time in one busy thread).
 JOBS ?= 2
+
+# Only the stack's environment (what every other target first makes sure of).
+env: $(READY)
 
 run: $(READY)
 	$(BIN)/python tools/run_notebooks.py $(RUN_ARGS)
