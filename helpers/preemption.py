@@ -37,7 +37,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -486,11 +486,15 @@ def _parse_args(argv: list[str] | None = None) -> RunConfig:
 # -------------------------------------------------------------------------- the parent side
 
 
-def command(config: RunConfig) -> list[str]:
-    """The command line that runs ``config`` in a new Python process."""
+def command(config: RunConfig, *, defaults: bool = True) -> list[str]:
+    """The command line that runs ``config`` in a new Python process.
+
+    ``defaults=False`` leaves out the flags that only repeat a default, to show it to a reader.
+    """
     args = [sys.executable, "-m", "helpers.preemption"]
+    default = {f.name: f.default for f in fields(RunConfig)}
     for name, value in asdict(config).items():
-        if value is None or value is False:
+        if value is None or value is False or (not defaults and value == default[name]):
             continue
         flag = "--" + name.replace("_", "-")
         args += [flag] if value is True else [flag, str(value)]

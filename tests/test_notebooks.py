@@ -251,3 +251,19 @@ def test_every_headline_names_numbers_its_notebook_records(notebook):
     }
     named = {field.split(":")[0] for field in re.findall(r"{(\w+(?::[^}]*)?)}", template)}
     assert named <= recorded, f"{path.name}: {sorted(named - recorded)} not recorded"
+
+
+def test_stderr_check_leaves_out_only_the_absl_lines_older_tensorflow_cannot_silence():
+    text = [
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+        "W0000 00:00:1.0 op_level_cost_estimator.cc:699] Error in PredictCost() for the op\n",
+        "I0000 00:00:1.0 service.cc:152] XLA service initialized\n",
+        "E0000 00:00:1.0 something.cc:1] a real error\n",
+    ]
+    logs = {"output_type": "stream", "name": "stderr", "text": text}
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [logs]}]}
+    assert run_notebooks.unexpected_stderr(nb, every_line=True, tolerate=True) == [
+        (0, "E0000 00:00:1.0 something.cc:1] a real error")
+    ]
+    assert len(run_notebooks.unexpected_stderr(nb, every_line=True, tolerate=False)) == 4
+    assert run_notebooks.unsilenceable_lines(nb) == 3

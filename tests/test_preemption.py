@@ -71,6 +71,9 @@ def test_command_line_round_trips(tmp_path):
     crash = _config(tmp_path, "x", crash_at=16, crash_in="sweep", crash_seed=3, crash_window=0.2)
     assert preemption._parse_args(preemption.command(crash)[3:]) == crash
     assert "--require-checkpoint" not in preemption.command(_config(tmp_path, "x"))
+    short = preemption.command(config, defaults=False)  # for a reader: no flag repeats a default
+    assert "--crash-in" not in short and "--hold-at" in short
+    assert preemption._parse_args(short[3:]) == config
 
 
 def test_command_line_errors_are_clear(tmp_path, capsys):

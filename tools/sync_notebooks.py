@@ -87,7 +87,10 @@ SETUP_VARIANTS = {
         "It then keeps TensorFlow's log lines out of the cells and checks that the TensorFlow "
         "installed here can drive the hardware here: if TPU hardware is present but TensorFlow "
         "cannot use it, the cell **stops** with the exact fix instead of letting you train on "
-        "the CPU by accident.",
+        "the CPU by accident. (With TensorFlow 2.19 or 2.20, as on Kaggle and Colab, a few grey "
+        "or red log lines starting `I0000`, `W0000` or `WARNING: All log messages before "
+        "absl::InitializeLog()` still appear under some cells: harmless start-up and optimiser "
+        "notes that those versions print before any log setting applies.)",
         """
 from helpers import quiet, runtime
 
