@@ -11,11 +11,15 @@
 # STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
 #   main    this machine's python3 + TensorFlow 2.21 (requirements.txt): laptops, CI, Binder
 #   kaggle  Python 3.12 + tensorflow-cpu 2.19.1 (requirements-kaggle.txt): Kaggle's TPU VM
-#   colab   Python 3.13 + tensorflow-cpu 2.20.0 (requirements-colab.txt): Colab's TPU runtime
-# e.g. `make test STACK=colab`. Each stack has its own virtual environment (.venv, .venv-kaggle,
+#   colab   Python 3.13 + tensorflow-cpu 2.20.0 (requirements-colab.txt): Colab's TPU runtime,
+#           whose one TPU core is one replica: its notebooks run with SIMULATED_REPLICAS=1
+# e.g. `make test STACK=colab`; REPLICAS=N runs the notebooks with SIMULATED_REPLICAS=N. Each stack has its own virtual environment (.venv, .venv-kaggle,
 # .venv-colab); tools/find_python.py finds its interpreter or says how to install it.
 
 STACK ?= main
+ifeq ($(STACK),colab)
+  REPLICAS ?= 1
+endif
 ifeq ($(STACK),main)
   STACK_PYTHON :=
   REQUIREMENTS ?= requirements.txt
@@ -40,7 +44,8 @@ SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(e
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Full runs go to build/full, smoke runs to build/smoke.
-RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n))
+RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n)) \
+	$(if $(REPLICAS),--replicas $(REPLICAS))
 # make run executes one notebook at a time, so the ratios the lessons measure are not disturbed;
 # smoke and test run two at once (a notebook spends much of its time in one busy thread).
 JOBS ?= 2

@@ -4,6 +4,7 @@
   tiles of 8 x 128;
 - :func:`scaled_learning_rate`: the learning rate grows with the global batch;
 - :func:`steps_per_execution_for`: how many steps ``fit`` may run per call on *this* strategy;
+- :func:`whole_executions`: an epoch's steps as a whole number of those calls (Keras rounds up);
 - :func:`single_device_evaluation` and :func:`check_loss_parity`: proof that distribution did not
   change the loss;
 - :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
@@ -181,6 +182,26 @@ def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
     )
 
 
+def whole_executions(steps: int, steps_per_execution: int) -> int:
+    """``steps`` rounded down to a multiple of ``steps_per_execution``.
+
+    Keras 3 runs whole executions: on a dataset that repeats, ``fit(steps_per_epoch=58)`` with
+    ``steps_per_execution=32`` trains 64 steps per epoch, and ``evaluate`` or ``predict`` with
+    ``steps=9`` reads 32 batches (its ``EpochIterator`` counts steps in whole executions). Pass
+    the result as ``steps_per_epoch`` so that an epoch is what it says; evaluate and predict on
+    a finite dataset instead, which ends cleanly inside an execution. Taught in notebook 03.
+    """
+    for label, value in (("steps", steps), ("steps_per_execution", steps_per_execution)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    if steps < steps_per_execution:
+        raise ValueError(
+            f"{steps} steps are fewer than one execution of {steps_per_execution}: Keras would run"
+            f" {steps_per_execution}. Choose steps_per_execution <= {steps}."
+        )
+    return steps // steps_per_execution * steps_per_execution
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`)."""
@@ -300,13 +321,19 @@ def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
     apart; each later epoch gives one seconds-per-step value. One ``fit`` call serves all epochs
     (each new ``fit`` call sets up its distributed input again). The model trains while it is
     timed: use it when its weights no longer matter, or a copy. ``dataset`` must repeat
-    (``steps`` per epoch). Taught in notebook 03.
+    (``steps`` per epoch, a multiple of the model's ``steps_per_execution``). Taught in notebook 03.
     """
     import tensorflow as tf
 
     for label, value in (("steps", steps), ("epochs", epochs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    spe = int(getattr(model, "steps_per_execution", 1) or 1)
+    if steps % spe:
+        raise ValueError(
+            f"steps={steps} is not a multiple of the model's steps_per_execution={spe}: Keras"
+            f" would run {math.ceil(steps / spe) * spe} steps per epoch (see whole_executions)"
+        )
     cardinality = getattr(dataset, "cardinality", None)
     if cardinality is not None and int(cardinality()) != int(tf.data.INFINITE_CARDINALITY):
         # A finite dataset makes Keras cut epochs short or start the data over: no steady state.

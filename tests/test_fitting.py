@@ -241,13 +241,17 @@ def test_loss_parity_other_failures():
 
 
 # ----------------------------------------------------------------------------- time_fit
-def _compiled_toy_model():
+def _compiled_toy_model(steps_per_execution=1):
     import keras
 
     from helpers.models import build_classifier
 
     model = build_classifier((4, 4, 1))
-    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        "sgd",
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_execution=steps_per_execution,
+    )
     return model
 
 
@@ -271,3 +275,43 @@ def test_time_fit_needs_a_repeating_dataset_and_positive_counts():
         fitting.time_fit(_compiled_toy_model(), finite, steps=2, epochs=2)
     with pytest.raises(ValueError, match="steps"):
         fitting.time_fit(_compiled_toy_model(), finite, steps=0)
+
+
+def test_time_fit_refuses_steps_that_are_not_whole_executions():
+    import tensorflow as tf
+
+    x, y = _toy_data(64)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+    with pytest.raises(ValueError, match="would run 8 steps per epoch"):
+        fitting.time_fit(_compiled_toy_model(steps_per_execution=4), ds, steps=6, epochs=1)
+
+
+# ---------------------------------------------------------------------- whole_executions
+@pytest.mark.parametrize(
+    ("steps", "spe", "expected"), [(58, 32, 32), (64, 32, 64), (9, 1, 9), (7, 7, 7), (100, 8, 96)]
+)
+def test_whole_executions_rounds_down_to_a_multiple(steps, spe, expected):
+    assert fitting.whole_executions(steps, spe) == expected
+
+
+@pytest.mark.parametrize(
+    ("steps", "spe", "message"),
+    [(4, 32, "Choose steps_per_execution <= 4"), (0, 1, "steps must"), (8, True, "positive")],
+)
+def test_whole_executions_refuses_what_keras_cannot_do(steps, spe, message):
+    with pytest.raises(ValueError, match=message):
+        fitting.whole_executions(steps, spe)
+
+
+def test_keras_rounds_steps_up_to_whole_executions():
+    # What whole_executions guards against, on this Keras: if a release changes it, this fails
+    # and the advice in notebook 03 must change with it.
+    import tensorflow as tf
+
+    x, y = _toy_data(64)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(8, drop_remainder=True)  # 8
+    model = _compiled_toy_model(steps_per_execution=4)
+    model.fit(batches.repeat(), steps_per_epoch=3, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 4  # 3 asked for, one whole execution run
+    assert model.predict(batches.repeat(), steps=3, verbose=0).shape[0] == 4 * 8
+    assert model.predict(batches.take(6), verbose=0).shape[0] == 6 * 8  # finite: exact

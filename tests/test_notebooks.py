@@ -192,6 +192,27 @@ def test_runner_records_numbers_skips_unchanged_notebooks_and_flags_stderr(
     assert run_notebooks.cache_key(nb, {"SMOKE_TEST": False}) != key
 
 
+def test_runner_passes_the_replica_count_and_caches_it_apart(tmp_path, monkeypatch, capsys):
+    nb = _tiny_notebook(
+        tmp_path / "01_one.ipynb",
+        "from helpers import results\nresults.record(replicas=SIMULATED_REPLICAS)",
+    )
+    out = tmp_path / "build"
+    monkeypatch.setattr(run_notebooks, "notebook_paths", lambda: [nb])
+    for replicas, ran in (("1", True), ("1", False), ("2", True)):
+        argv = ["run_notebooks.py", "--smoke", "--cache", "--replicas", replicas, "--out", str(out)]
+        monkeypatch.setattr(sys, "argv", argv)
+        assert run_notebooks.main() == 0
+        printed = capsys.readouterr().out
+        assert f"SIMULATED_REPLICAS={replicas}" in printed
+        assert ("01_one.ipynb: skipped" not in printed) == ran
+        (row,) = json.loads((out / "summary.json").read_text())
+        assert row["results"] == {"replicas": int(replicas)}
+    monkeypatch.setattr(sys, "argv", ["run_notebooks.py", "--replicas", "0", "--out", str(out)])
+    with pytest.raises(SystemExit):
+        run_notebooks.main()
+
+
 def test_stderr_check_honours_the_expected_stderr_tag():
     def cell(outputs, tags=()):
         return {"cell_type": "code", "metadata": {"tags": list(tags)}, "outputs": outputs}
@@ -212,7 +233,7 @@ def test_stderr_check_honours_the_expected_stderr_tag():
 
 def test_runner_reports_a_failing_cell(tmp_path):
     nb = _tiny_notebook(tmp_path / "02_bad.ipynb", "raise RuntimeError('boom')")
-    row = run_notebooks.run_one(nb, tmp_path / "build", smoke=True, cell_timeout=120)
+    row = run_notebooks.run_one(nb, tmp_path / "build", {"SMOKE_TEST": True}, cell_timeout=120)
     assert row["status"] == "FAILED"
     assert "boom" in row["error"] or "RuntimeError" in row["error"]
 
@@ -249,8 +270,17 @@ def test_every_headline_names_numbers_its_notebook_records(notebook):
         if isinstance(node, ast.Call) and ast.unparse(node.func) == "results.record"
         for keyword in node.keywords
     }
-    named = {field.split(":")[0] for field in re.findall(r"{(\w+(?::[^}]*)?)}", template)}
-    assert named <= recorded, f"{path.name}: {sorted(named - recorded)} not recorded"
+    for one in (template,) if isinstance(template, str) else template:
+        named = {field.split(":")[0] for field in re.findall(r"{(\w+(?::[^}]*)?)}", one)}
+        assert named <= recorded, f"{path.name}: {sorted(named - recorded)} not recorded"
+
+
+def test_headline_takes_the_first_template_its_numbers_fill_and_says_1_replica():
+    one_device = {"devices": 1, "val_accuracy": 0.9, "restore_max_diff": 0.0}
+    assert run_notebooks.headline("12_x", one_device).startswith("1 device, validation accuracy 90")
+    eight = {**one_device, "devices": 8, "max_weight_diff": 1e-8, "sharded_max_weight_diff": 2e-8}
+    assert run_notebooks.headline("12_x", eight).startswith("8 devices vs 1: weights differ")
+    assert run_notebooks.headline("99_x", {"a": 1}) == "a 1"  # no template: the raw numbers
 
 
 def test_stderr_check_leaves_out_only_the_absl_lines_older_tensorflow_cannot_silence():

@@ -237,7 +237,11 @@ def keras_recipes(context: Context) -> Outcome:
     replicas = context.replicas
     global_batch = PER_REPLICA_BATCH * replicas
     pixels, labels = mnist_shaped(context.images(), context.size(4096, CLASSIC_SHUFFLE))
-    choice = fitting.steps_per_execution_for(strategy, 32)
+    # On a TPU, whole calls of 32 steps and enough of them that per-epoch costs do not dominate;
+    # on a CPU, few: every step runs all the replicas on the host's cores.
+    steps = context.size(64, 256) if context.on_tpu else context.size(4, 40)
+    choice = fitting.steps_per_execution_for(strategy, min(32, steps))
+    steps = fitting.whole_executions(steps, choice.value)  # Keras runs whole calls
     stages = recipes(replicas, pixels, labels, choice.value)
     described = {
         "classic": stages[0]["change"],
@@ -245,9 +249,6 @@ def keras_recipes(context: Context) -> Outcome:
     }
     if context.smoke:
         stages = [stages[0], stages[-1]]
-    # On a TPU, whole calls of 32 steps and enough of them that per-epoch costs do not dominate;
-    # on a CPU, few: every step runs all the replicas on the host's cores.
-    steps = context.size(64, 256) if context.on_tpu else context.size(4, 40)
     timed = time_recipes(strategy, stages, steps, epochs=context.size(1, 3))
     rates = {name: global_batch / fit.median for name, fit in timed.items()}
     names = list(rates)

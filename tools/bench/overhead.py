@@ -81,7 +81,8 @@ def task_overhead(strategy, settings: Settings) -> list[dict]:
         )
     )
 
-    choice = fitting.steps_per_execution_for(strategy, 32)
+    choice = fitting.steps_per_execution_for(strategy, min(32, n))
+    fit_steps = fitting.whole_executions(n, choice.value)  # Keras runs whole calls
     say(f"fit, global batch {lesson_batch}, steps_per_execution={choice.value}: {choice.reason}")
     ds = data.make_dataset(x, y, lesson_batch, replicas=replicas)
     # One device as notebook 03 times it: the default strategy, no scope around the model.
@@ -90,7 +91,7 @@ def task_overhead(strategy, settings: Settings) -> list[dict]:
         for where in (tf.distribute.get_strategy(), strategy)
     ]
     labels = ["1 device", replicas_text(replicas)]
-    cmp = fit_comparison(*time_fits(models, ds, n, settings.repeats, labels))
+    cmp = fit_comparison(*time_fits(models, ds, fit_steps, settings.repeats, labels))
     fields = comparison_fields(cmp, "s/step", per=1)
     rows.append(
         row(
