@@ -140,6 +140,7 @@ def _local_strategy(tf, key, simulated_replicas: int) -> _Choice:
     if gpus:
         return _Choice(key, tf.distribute.OneDeviceStrategy("/gpu:0"), "one device")
     if simulated_replicas == 1:
+        untuned_distributed_input(tf)  # as on the simulated TPU: dropping an iterator is quick
         return _Choice(key, tf.distribute.OneDeviceStrategy("/cpu:0"), "one device", on_cpu=True)
     return _Choice(key, simulated_tpu(tf, simulated_replicas), SIMULATED_TPU, on_cpu=True)
 
@@ -178,7 +179,8 @@ def untuned_distributed_input(tf) -> bool:
     ``RootDataset::Iterator::~Iterator`` waiting for the autotuning thread
     (``Model::OptimizeLoop``), which sleeps out an optimisation period that doubles up to 60 s
     as the iterator ages; a distributed iterator has one such thread on the host pipeline and one
-    per replica. With autotuning off on both, the same drop took 0.3 s. TensorFlow has no public
+    per replica. With autotuning off on both, the same drop took 0.3 s. One CPU device
+    (``simulated_replicas=1``) stalled too: notebook 04's second "Run all" took 20 s instead of 11. TensorFlow has no public
     switch for the per-replica pipelines it builds inside ``OwnedMultiDeviceIterator``, so this
     wraps the two private places where they are made; it changes nothing if they are missing.
     ``AUTOTUNE`` values still work without the tuner: parallel calls use the CPU core count.

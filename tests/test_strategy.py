@@ -95,6 +95,11 @@ def test_one_replica_and_tensorflow_started_before_connect(run_python):
         s = helpers.connect(1)  # one device needs no split: it works
         assert s.num_replicas_in_sync == 1
         assert helpers.describe().kind == "one device"
+        # Its distributed iterators run untuned too: a second Run all does not stall on them.
+        from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+        assert mdi._create_device_dataset.untuned
+        it = iter(s.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(16)))
+        assert int(tf.reduce_sum(next(it))) == sum(range(16))
         """,
         env=NO_TPU,
     )
