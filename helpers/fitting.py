@@ -187,7 +187,8 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
 
     Keras 3 runs whole executions: on a dataset that repeats, ``fit(steps_per_epoch=58)`` with
     ``steps_per_execution=32`` trains 64 steps per epoch, and ``evaluate`` or ``predict`` with
-    ``steps=9`` reads 32 batches (its ``EpochIterator`` counts steps in whole executions). Pass
+    ``steps=9`` reads 32 batches (its ``EpochIterator`` counts steps in whole executions; seen
+    with Keras 3.13 and 3.15). Pass
     the result as ``steps_per_epoch`` so that an epoch is what it says; evaluate and predict on
     a finite dataset instead, which ends cleanly inside an execution. Taught in notebook 03.
     """
@@ -196,8 +197,8 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
             raise ValueError(f"{label} must be a positive integer, got {value!r}")
     if steps < steps_per_execution:
         raise ValueError(
-            f"{steps} steps are fewer than one execution of {steps_per_execution}: Keras would run"
-            f" {steps_per_execution}. Choose steps_per_execution <= {steps}."
+            f"{steps} steps are fewer than one execution of {steps_per_execution}: on repeating"
+            f" data Keras would run {steps_per_execution}. Choose steps_per_execution <= {steps}."
         )
     return steps // steps_per_execution * steps_per_execution
 

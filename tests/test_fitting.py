@@ -315,3 +315,18 @@ def test_keras_rounds_steps_up_to_whole_executions():
     assert int(model.optimizer.iterations) == 4  # 3 asked for, one whole execution run
     assert model.predict(batches.repeat(), steps=3, verbose=0).shape[0] == 4 * 8
     assert model.predict(batches.take(6), verbose=0).shape[0] == 6 * 8  # finite: exact
+
+
+def test_keras_reports_no_loss_for_finite_data_shorter_than_one_call_after_a_fit():
+    # Under a strategy, after a fit on repeating data: the steps run, but the history is empty,
+    # hence notebook 03's one-step-per-call copy for its frozen-weights fit.
+    import tensorflow as tf
+
+    x, y = _toy_data(64)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(8, drop_remainder=True)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        model = _compiled_toy_model(steps_per_execution=4)
+    model.fit(batches.repeat(), steps_per_epoch=4, epochs=1, verbose=0)
+    history = model.fit(batches.take(2), epochs=1, verbose=0).history
+    assert int(model.optimizer.iterations) == 6 and history == {}
+    assert "loss" in model.fit(batches.take(4), epochs=1, verbose=0).history  # one whole call

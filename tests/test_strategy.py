@@ -95,7 +95,8 @@ def test_one_replica_and_tensorflow_started_before_connect(run_python):
         s = helpers.connect(1)  # one device needs no split: it works
         assert s.num_replicas_in_sync == 1
         assert helpers.describe().kind == "one device"
-        # Its distributed iterators run untuned too: a second Run all does not stall on them.
+        # The one-device path installs the same untuned wrapper as the simulated TPU (strategy.py
+        # says what stall it prevents); reading through it still gives the right batch.
         from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
         assert mdi._create_device_dataset.untuned
         it = iter(s.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(16)))
