@@ -71,7 +71,8 @@ class BatchPlan:
 
     def __str__(self) -> str:
         return (
-            f"{self.per_replica} per replica x {self.replicas} replicas = global batch "
+            f"{self.per_replica} per replica x {self.replicas} "
+            f"replica{'s' if self.replicas != 1 else ''} = global batch "
             f"{self.global_batch}; per replica {self.advice}"
         )
 

@@ -16,7 +16,8 @@ NO_TPU = {"ISTPUVM": None, "TPU_NAME": None, "TPU_ACCELERATOR_TYPE": None}
 def test_plan_batch_multiplies_and_judges_the_tiles():
     full = fitting.plan_batch(128, 8)
     assert full.global_batch == 1024 and full.wasted_fraction == 0
-    assert "fills" in full.advice and "1024" in str(full)
+    assert "fills" in full.advice and "x 8 replicas = global batch 1024" in str(full)
+    assert "x 1 replica = global batch 128" in str(fitting.plan_batch(128, 1))
 
     small = fitting.plan_batch(16, 8)
     assert small.global_batch == 128 and small.padded_per_replica == 16
