@@ -37,13 +37,18 @@ VENV ?= .venv-$(STACK)
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 NB ?=
-# One folder per environment (and per NB selection), so parallel runs never clobber each other.
-SMOKE_DIR := build/smoke$(subst .venv,,$(notdir $(VENV)))$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
+# One folder per environment (build/full and build/smoke for .venv, build/full-kaggle and
+# build/smoke-kaggle for .venv-kaggle...), and for smoke runs per NB selection too: a run on one
+# stack never overwrites another stack's executed notebooks, and parallel runs never clobber.
+VENV_SUFFIX := $(subst .venv,,$(notdir $(VENV)))
+FULL_DIR := build/full$(VENV_SUFFIX)
+SMOKE_DIR := build/smoke$(VENV_SUFFIX)$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
 
 .PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
-# FORCE=1 re-executes them. Full runs go to build/full, smoke runs to build/smoke.
+# FORCE=1 re-executes them. Full runs go to FULL_DIR, smoke runs (make smoke and make test) to
+# SMOKE_DIR, so make smoke after make test skips what the test run executed.
 RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n)) \
 	$(if $(REPLICAS),--replicas $(REPLICAS))
 # make run executes one notebook at a time, so the ratios the lessons measure are not disturbed;
@@ -54,24 +59,24 @@ JOBS ?= 2
 env: $(READY)
 
 run: $(READY)
-	$(BIN)/python tools/run_notebooks.py $(RUN_ARGS)
+	$(BIN)/python tools/run_notebooks.py --out $(FULL_DIR) $(RUN_ARGS)
 
 smoke: $(READY)
-	$(BIN)/python tools/run_notebooks.py --smoke --jobs $(JOBS) $(RUN_ARGS)
+	$(BIN)/python tools/run_notebooks.py --smoke --out $(SMOKE_DIR) --jobs $(JOBS) $(RUN_ARGS)
 
 # Two pytest workers: much of a test's time is a fresh process importing TensorFlow or waiting
 # for a worker process, which overlaps well on 2 cores. A module's tests stay on one worker
 # (tests/conftest.py says which modules' tests are spread instead).
 PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
-# Tests marked slow (end-to-end runs of a tool) run once per CI run: on the main stack.
-NOT_SLOW = $(if $(filter main,$(STACK)),,-m "not slow")
-
 # Each notebook is executed once, by run_notebooks; pytest then checks the executed copies
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
+# The unit tests, then the tests marked slow (end-to-end runs of a tool, or what a notebook also
+# runs), which run once per CI run: on the main stack. Two runs, so each reports its own time.
 test: $(READY) lint
 	$(BIN)/python tools/run_notebooks.py --smoke --out $(SMOKE_DIR) --cell-timeout 900 \
 		--jobs $(JOBS) $(RUN_ARGS) || true
-	FIELD_GUIDE_EXECUTED=$(SMOKE_DIR) $(PYTEST) tests $(NOT_SLOW)
+	FIELD_GUIDE_EXECUTED=$(SMOKE_DIR) $(PYTEST) tests -m "not slow"
+	$(if $(filter main,$(STACK)),$(PYTEST) tests -m slow)
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
 test-unit: $(READY)

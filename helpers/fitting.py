@@ -189,9 +189,9 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
     Keras 3 runs whole executions: on a dataset that repeats, ``fit(steps_per_epoch=58)`` with
     ``steps_per_execution=32`` trains 64 steps per epoch, and ``evaluate`` or ``predict`` with
     ``steps=9`` reads 32 batches (its ``EpochIterator`` counts steps in whole executions; seen
-    with Keras 3.13 and 3.15). Pass
-    the result as ``steps_per_epoch`` so that an epoch is what it says; evaluate and predict on
-    a finite dataset instead, which ends cleanly inside an execution. Taught in notebook 03.
+    with Keras 3.13 and 3.15). Pass the result as ``steps_per_epoch`` so that an epoch is what
+    it says; evaluate and predict on a finite dataset instead, which ends cleanly inside an
+    execution. Taught in notebook 03.
     """
     for label, value in (("steps", steps), ("steps_per_execution", steps_per_execution)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

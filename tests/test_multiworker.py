@@ -155,7 +155,7 @@ def test_a_failing_worker_stops_the_others(tmp_path):
 
 def test_timeout_stops_every_worker(tmp_path):
     with pytest.raises(M.WorkersTimedOut, match=r"worker\(s\) \[0, 1\] still running") as caught:
-        M.run_workers(["-c", SLEEPER, str(tmp_path), "600"], 2, workdir=tmp_path, timeout=8)
+        M.run_workers(["-c", SLEEPER, str(tmp_path), "600"], 2, workdir=tmp_path, timeout=3)
     assert sorted(caught.value.pids) == sorted(pids_in(tmp_path, 2))
     for pid in caught.value.pids:
         assert not alive(pid)

@@ -297,3 +297,29 @@ def test_stderr_check_leaves_out_only_the_absl_lines_older_tensorflow_cannot_sil
     ]
     assert len(run_notebooks.unexpected_stderr(nb, every_line=True, tolerate=False)) == 4
     assert run_notebooks.unsilenceable_lines(nb) == 3
+
+
+def _make_out_folders(*args: str) -> list[str]:
+    """The ``--out`` folders of the runs ``make -n ARGS`` would start (nothing is executed)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    dry = subprocess.run(
+        ["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return re.findall(r"run_notebooks\.py .*?--out (\S+)", dry)
+
+
+def test_each_stack_and_mode_writes_its_own_folder():
+    # make smoke on the kaggle stack once overwrote the main stack's executed notebooks.
+    folders = {
+        stack: _make_out_folders("run", "smoke", "test", f"STACK={stack}")
+        for stack in ("main", "kaggle", "colab")
+    }
+    assert folders["main"] == ["build/full", "build/smoke", "build/smoke"]
+    assert folders["kaggle"] == ["build/full-kaggle", "build/smoke-kaggle", "build/smoke-kaggle"]
+    run_and_smoke = [f for stack in folders.values() for f in stack[:2]]
+    assert len(set(run_and_smoke)) == 6  # make test shares make smoke's folder (and its cache)
+    assert _make_out_folders("smoke", "NB=03 04") == ["build/smoke-03-04"]
