@@ -131,12 +131,12 @@ def test_sync_is_idempotent_and_repairs_a_tampered_badge():
     assert notebook_files.dumps(repaired) == path.read_text(encoding="utf-8")
 
 
-def _tiny_notebook(path: Path, body: str) -> Path:
+def _tiny_notebook(path: Path, body: str, parameters: str = "") -> Path:
     cells = [
         {
             "cell_type": "code",
             "metadata": {"tags": ["parameters"]},
-            "source": "SMOKE_TEST = False",
+            "source": "SMOKE_TEST = False\n" + parameters,
             "outputs": [],
             "execution_count": None,
         },
@@ -236,6 +236,25 @@ def test_runner_reports_a_failing_cell(tmp_path):
     row = run_notebooks.run_one(nb, tmp_path / "build", {"SMOKE_TEST": True}, cell_timeout=120)
     assert row["status"] == "FAILED"
     assert "boom" in row["error"] or "RuntimeError" in row["error"]
+
+
+def test_runner_gives_kept_files_a_folder_of_its_own_replaced_on_each_run(tmp_path):
+    # Notebook 11 keeps its profiles for TensorBoard: in a headless run they go under the run's
+    # output folder, replaced each time, not into a new temporary folder per run.
+    body = (
+        "import os, time\n"
+        "assert PROFILE_DIR and not os.listdir(PROFILE_DIR), PROFILE_DIR\n"
+        "open(os.path.join(PROFILE_DIR, f'trace-{time.time_ns()}'), 'w').close()"
+    )
+    nb = _tiny_notebook(tmp_path / "11_keeps.ipynb", body, parameters='PROFILE_DIR = ""')
+    out = tmp_path / "build"
+    for _ in range(2):
+        row = run_notebooks.run_one(nb, out, {"SMOKE_TEST": True}, cell_timeout=120)
+        assert row["status"] == "passed", row["error"]
+    assert len(list((out / "files" / "11_keeps" / "profiles").iterdir())) == 1
+    # A notebook without the parameter is given nothing (papermill would warn about it).
+    plain = _tiny_notebook(tmp_path / "01_plain.ipynb", "pass")
+    assert run_notebooks.kept_files_parameters(plain, out) == {}
 
 
 def test_runner_with_two_jobs_keeps_each_notebooks_results_apart(tmp_path, monkeypatch, capsys):
