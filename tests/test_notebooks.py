@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -325,8 +326,10 @@ def _make_out_folders(*args: str) -> list[str]:
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
+    # As a user types it: not the variables of a make that runs this test (CI's VENV=.venv-ci).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     dry = subprocess.run(
-        ["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     ).stdout
     return re.findall(r"run_notebooks\.py .*?--out (\S+)", dry)
 
