@@ -326,8 +326,9 @@ def _make_out_folders(*args: str) -> list[str]:
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    # As a user types it: not the variables of a make that runs this test (CI's VENV=.venv-ci).
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    # As a user types it, with none of the variables of a make that runs this test: make exports
+    # its command-line variables (CI's VENV=.venv-ci) to the environment as well as to MAKEFLAGS.
+    env = {name: os.environ[name] for name in ("PATH", "HOME") if name in os.environ}
     dry = subprocess.run(
         ["make", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     ).stdout

@@ -64,7 +64,7 @@ def test_a_new_notebook_is_adopted_and_gets_the_whole_preamble(adopted):
     text = _sources(out)
     assert text[0].startswith("# 11 · A new lesson\nLearn one new thing")
     assert text[1].startswith(sync.BADGE_MARKER) and "11_new.ipynb" in text[1]
-    assert text[2] == "## What you need\nAny machine; about a minute on a CPU."
+    assert text[2] == f"## What you need\nAny machine; about a minute on a CPU.\n\n{sync.TPU_FACTS}"
     assert text[3].startswith("## Setup\n") and "`parameters`" in text[3]
     assert out["cells"][4]["metadata"]["tags"] == ["parameters"]
     assert text[5].startswith(sync.SETUP_MARKER) and "runtime.ensure_tensorflow()" in text[5]

@@ -199,7 +199,7 @@ def run_one(path: Path, out: Path, parameters: dict, cell_timeout: int) -> dict:
 
 # The headline of each notebook in words, from the numbers it recorded (helpers.results.record).
 HEADLINES = {
-    "00": "self-test: {checks_passed} checks passed, {checks_info} for information; the collection's recipe {recipe_speedup:.2f}x the classic's examples/s",
+    "00": "self-test: {checks_passed} checks passed, {checks_info} for information; the collection's recipe {recipe_speedup:.2f}x the classic's examples/s (the 2x target is a TPU's)",
     "01": "{replicas} replicas ({strategy}), {train_examples} training images of {dataset}",
     "02": "loss on all training images {loss_before:.3f} -> {loss_after:.3f} on {replicas} replicas; copies differ by {copies_spread:g}",
     "03": "held-out accuracy {val_accuracy:.1%}; relative loss difference from one device {loss_gap_evaluate:.1e}",
@@ -208,9 +208,9 @@ HEADLINES = {
     "06": "optimised pipeline {pipeline_speedup:.1f}x faster, {pipeline_cpu_saving:.1f}x less CPU per example",
     "07": "{assignments_checked} device assignments checked",
     "08": "killed run resumed with identical weights: {custom_identical_weights}; restored outputs differ by {restore_output_max_diff:.1e}",
-    "09": "{workers} workers, final loss {final_loss:.3f}",
+    "09": "{workers} workers on disjoint shards end within {replay_difference:.1e} of one device; final loss {final_loss:.3f}",
     "10": "{problems_as_written} problems found as written, {problems_left_after_fixes} after the fixes",
-    "11": "input waits {input_share_naive:.0%} -> {input_share_fast:.0%} of a step; {retraced_calls} retracing calls {step_ms_retracing_over_fixed:.1f}x slower than with a tensor argument",
+    "11": "input waits {input_share_naive:.0%} -> {input_share_fast:.0%} of a step; a call that retraces takes {step_ms_retracing_over_fixed:.0f}x as long as one with a tensor argument",
     "12": (
         "{devices} devices vs 1: weights differ by {max_weight_diff:.1e}, sharded {sharded_max_weight_diff:.1e}",
         "{devices} devices, validation accuracy {val_accuracy:.1%}, weights file restored within {restore_max_diff:.1e}",

@@ -117,11 +117,20 @@ print(jax_port.configure(SIMULATED_REPLICAS))""",
     ),
 }
 
+# Said once in every notebook's "What you need": the lessons' statements about TPU hardware are
+# documented facts, not measurements of this collection.
+TPU_FACTS = (
+    "What a lesson says about TPU hardware itself (tile padding, memory, bfloat16 arithmetic,"
+    " speed) follows Google's Cloud TPU documentation and the platforms' own trackers; none of it"
+    " has been run on a TPU by this collection yet (README: What is tested, and what is not)."
+)
+
 SETUP_TEXT = """## Setup
 The cell tagged `parameters` holds this lesson's settings, literals only: `SMOKE_TEST = True` runs
-a small, quick version (what the headless test run uses), and `SIMULATED_REPLICAS` is the number
-of replicas of the simulated TPU when only a CPU is present. Change them there, or pass them to
-papermill with `-p NAME value`.{extra}
+a small, quick version (what `make test` and `make smoke` use; `make run` runs the full lesson),
+and `SIMULATED_REPLICAS` is the number of replicas of the simulated TPU when only a CPU is present.
+A headless run adds a cell headed `# Parameters` after it, with the values it was given. Change
+them there, or pass them to papermill with `-p NAME value`.{extra}
 
 The cell after it comes from one template for all the notebooks. It installs this collection's small helper
 package where it is missing (Colab, Kaggle), and stops with what to do when the `helpers` it finds
@@ -253,7 +262,7 @@ def preamble(entry: dict, name: str, cfg: dict, parameters: dict) -> list[dict]:
     return [
         _cell("markdown", _fill(title, cfg)),
         _cell("markdown", badge_row(name, cfg)),
-        _cell("markdown", _fill(f"## What you need\n{entry['need'].strip()}", cfg)),
+        _cell("markdown", _fill(f"## What you need\n{entry['need'].strip()}\n\n{TPU_FACTS}", cfg)),
         _cell("markdown", setup_text(entry, cfg)),
         parameters,
         _cell("code", setup_cell(entry, cfg)),
