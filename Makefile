@@ -95,10 +95,10 @@ lint: $(READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/sync_notebooks.py --check
-	$(BIN)/nbstripout --verify notebooks/*.ipynb  # stored as `make sync` leaves them
+	$(BIN)/nbstripout --keep-id --verify notebooks/*.ipynb  # stored as `make sync` leaves them
 
 sync: $(READY)
-	$(BIN)/nbstripout notebooks/*.ipynb
+	$(BIN)/nbstripout --keep-id notebooks/*.ipynb
 	$(BIN)/python tools/sync_notebooks.py
 	$(BIN)/ruff format notebooks helpers tools tests
 

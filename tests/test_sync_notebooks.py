@@ -88,6 +88,34 @@ def test_hand_edits_to_the_preamble_are_overwritten_from_the_manifest(adopted):
     assert notebook_files.dumps(repaired) == expected
 
 
+def test_cells_get_ids_that_survive_edits_and_a_second_sync(adopted):
+    # JupyterLab marks a notebook modified on open when its cells have no ids (nbformat 4.4).
+    nb, manifest = adopted
+    out = sync.sync_notebook(nb, "11_new.ipynb", CFG, manifest, NAMES)
+    ids = [c["id"] for c in out["cells"]]
+    assert out["nbformat_minor"] == sync.NBFORMAT_MINOR == 5
+    assert ids[:6] == list(sync.GENERATED_IDS) and ids[-1] == sync.NAV_ID
+    assert len(set(ids)) == len(ids) and all(sync.CELL_ID.match(i) for i in ids)
+    lesson_id = ids[6]
+    out["cells"].insert(6, _cell("code", "print('a new first lesson cell')"))
+    out["cells"][7]["source"] = "print('lesson, edited')"
+    again = sync.sync_notebook(out, "11_new.ipynb", CFG, manifest, NAMES)
+    assert again["cells"][7]["id"] == lesson_id  # a lesson cell keeps its id when edited
+    assert again["cells"][6]["id"] not in ids  # the new cell gets a new one
+    out["cells"][8]["id"] = lesson_id  # a pasted duplicate gets a new one too
+    assert len(
+        {c["id"] for c in sync.sync_notebook(out, "11_new.ipynb", CFG, manifest, NAMES)["cells"]}
+    ) == len(out["cells"])
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_stored_notebooks_are_nbformat_4_5_with_ids(path):
+    nb = notebook_files.read(path)
+    assert (nb["nbformat"], nb["nbformat_minor"]) == (4, 5)
+    ids = [cell.get("id") for cell in nb["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids)
+
+
 def test_navigation_follows_the_numbered_files_present():
     manifest = {"00_first": {"title": "First"}, "01_last": {"title": "Last"}}
     names = ["00_first.ipynb", "01_last.ipynb"]

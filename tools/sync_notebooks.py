@@ -24,6 +24,7 @@ Outputs are stripped by nbstripout (see the Makefile's ``sync`` target), not her
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 import textwrap
@@ -299,11 +300,28 @@ def _lesson_start(cells: list[dict], name: str) -> int:
     return _parameters_index(cells, name) + 1
 
 
-def _keep_ids(new: list[dict], old: list[dict]) -> None:
-    """Keep the cell ids the notebook had at the same place: no churn in diffs."""
-    for cell, before in zip(new, old, strict=False):
-        if "id" in before:
-            cell["id"] = before["id"]
+# nbformat 4.5 gives every cell an id. JupyterLab adds ids to a 4.4 notebook when it opens it,
+# and then counts the notebook as modified, so they are stored: the generated cells get these
+# fixed names, a lesson cell keeps the id it has, and a new one gets an id made from its notebook,
+# place and text (the same on every machine). nbstripout runs with --keep-id, so none of them moves.
+NBFORMAT_MINOR = 5
+GENERATED_IDS = ("title", "badges", "what-you-need", "setup-text", "parameters", "setup")
+NAV_ID = "navigation"
+CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")  # nbformat 4.5's rule
+
+
+def assign_ids(cells: list[dict], name: str) -> None:
+    """Give every cell without a valid, unique id one that never changes afterwards."""
+    seen = set()
+    for index, cell in enumerate(cells):
+        cell_id = cell.get("id", "")
+        if not CELL_ID.match(cell_id) or cell_id in seen:
+            digest = hashlib.sha1(f"{name}:{index}:{source(cell)}".encode()).hexdigest()
+            cell_id = digest[:8]
+            while cell_id in seen:
+                cell_id = hashlib.sha1(cell_id.encode()).hexdigest()[:8]
+        cell["id"] = cell_id
+        seen.add(cell_id)
 
 
 def sync_notebook(
@@ -321,11 +339,14 @@ def sync_notebook(
     start = _lesson_start(cells, name)
     params = cells[_parameters_index(cells[:start], name)]
     head = preamble(entry, name, cfg, params)
-    _keep_ids(head, cells[:start])
+    for cell, cell_id in zip(head, GENERATED_IDS, strict=True):
+        cell["id"] = cell_id
     lesson = [c for c in cells[start:] if not source(c).startswith(NAV_MARKER)]
     nav = _cell("markdown", navigation(name, names, manifest))
-    _keep_ids([nav], [c for c in cells[start:] if source(c).startswith(NAV_MARKER)])
+    nav["id"] = NAV_ID
     notebook["cells"] = head + lesson + [nav]
+    assign_ids(notebook["cells"], name)
+    notebook["nbformat"], notebook["nbformat_minor"] = 4, NBFORMAT_MINOR
     notebook["metadata"]["kernelspec"] = KERNELSPEC
     notebook["metadata"]["language_info"] = LANGUAGE_INFO
     return notebook
