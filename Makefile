@@ -37,20 +37,16 @@ VENV ?= .venv-$(STACK)
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 NB ?=
-# One folder per environment (build/full and build/smoke for .venv, build/full-kaggle and
-# build/smoke-kaggle for .venv-kaggle...), and for smoke runs per NB selection too: a run on one
-# stack never overwrites another stack's executed notebooks, and parallel runs never clobber.
-VENV_SUFFIX := $(subst .venv,,$(notdir $(VENV)))
-FULL_DIR := build/full$(VENV_SUFFIX)
-SMOKE_DIR := build/smoke$(VENV_SUFFIX)$(if $(NB),-$(subst $(eval) ,-,$(strip $(NB))))
-
 .PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
-# FORCE=1 re-executes them. Full runs go to FULL_DIR, smoke runs (make smoke and make test) to
-# SMOKE_DIR, so make smoke after make test skips what the test run executed.
+# FORCE=1 re-executes them. Each environment and mode has its own folder (build/full,
+# build/smoke-kaggle, build/smoke-03-04 for NB="03 04": tools/runner/folders.py), and make smoke
+# shares make test's, so either skips what the other just ran.
 RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n)) \
 	$(if $(REPLICAS),--replicas $(REPLICAS))
+RUN = $(BIN)/python tools/run_notebooks.py
+SMOKE_RUN = $(RUN) --smoke --jobs $(JOBS) $(RUN_ARGS)
 # make run executes one notebook at a time, so the ratios the lessons measure are not disturbed;
 # smoke and test run two at once (a notebook spends much of its time in one busy thread).
 JOBS ?= 2
@@ -59,10 +55,10 @@ JOBS ?= 2
 env: $(READY)
 
 run: $(READY)
-	$(BIN)/python tools/run_notebooks.py --out $(FULL_DIR) $(RUN_ARGS)
+	$(RUN) $(RUN_ARGS)
 
 smoke: $(READY)
-	$(BIN)/python tools/run_notebooks.py --smoke --out $(SMOKE_DIR) --jobs $(JOBS) $(RUN_ARGS)
+	$(SMOKE_RUN)
 
 # Two pytest workers: much of a test's time is a fresh process importing TensorFlow or waiting
 # for a worker process, which overlaps well on 2 cores. A module's tests stay on one worker
@@ -73,9 +69,8 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # The unit tests, then the tests marked slow (end-to-end runs of a tool, or what a notebook also
 # runs), which run once per CI run: on the main stack. Two runs, so each reports its own time.
 test: $(READY) lint
-	$(BIN)/python tools/run_notebooks.py --smoke --out $(SMOKE_DIR) --cell-timeout 900 \
-		--jobs $(JOBS) $(RUN_ARGS) || true
-	FIELD_GUIDE_EXECUTED=$(SMOKE_DIR) $(PYTEST) tests -m "not slow"
+	$(SMOKE_RUN) --cell-timeout 900 || true
+	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests -m "not slow"
 	$(if $(filter main,$(STACK)),$(PYTEST) tests -m slow)
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
@@ -86,10 +81,9 @@ test-slow: $(READY)
 	$(PYTEST) tests -m slow
 
 test-notebooks: $(READY)
-	$(BIN)/python tools/run_notebooks.py --smoke --out $(SMOKE_DIR) --cell-timeout 900 \
-		--jobs $(JOBS) $(RUN_ARGS) || true
-	FIELD_GUIDE_EXECUTED=$(SMOKE_DIR) $(BIN)/python -m pytest tests/test_executed_notebooks.py \
-		-p no:cacheprovider
+	$(SMOKE_RUN) --cell-timeout 900 || true
+	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(BIN)/python -m pytest \
+		tests/test_executed_notebooks.py -p no:cacheprovider
 
 lint: $(READY)
 	$(BIN)/ruff check .

@@ -11,8 +11,8 @@ Two layers:
   checked first, waits with a deadline, and **always** kills and reaps them: on success, error,
   timeout or ``KeyboardInterrupt`` (the notebook's stop button). A worker also dies by itself if
   the process that started it disappears, so nothing is left running.
-- :func:`train_on_loopback` uses it to train one small model on N workers
-  (``python -m helpers.multiworker`` runs :func:`train_worker` in each) and returns what every
+- :func:`train_on_loopback` uses it to train one small model on N workers (each runs the
+  program :mod:`helpers._programs.worker`, whose ``train_worker`` notebook 09 prints) and returns what every
   worker saw and ended with, so a notebook can check that the shards were disjoint and that all
   workers hold the same weights.
 
@@ -27,7 +27,6 @@ run on the machine's loopback, and their servers live only as long as the run.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import functools
 import json
@@ -45,11 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import runtime
+from helpers import models, processes
 from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
 
 LOOPBACK = "127.0.0.1"
-PARENT_PID_ENV = "FIELD_GUIDE_PARENT_PID"
+PARENT_PID_ENV = "FIELD_GUIDE_PARENT_PID"  # a worker exits when this process is gone
+WORKER_PROGRAM = "helpers._programs.worker"  # what each worker runs: python -m WORKER_PROGRAM
 # Worker output lines that mean "my port was taken" (gRPC's and the OS's wording).
 PORT_TAKEN_SIGNS = ("Address already in use", "Failed to add port", "Could not start gRPC server")
 
@@ -171,18 +171,6 @@ def isolation_available() -> bool:
             network.close()
 
 
-def _loopback_up() -> None:
-    """Bring up ``lo`` in a fresh network namespace (it starts down): SIOCSIFFLAGS with IFF_UP."""
-    import fcntl
-    import struct
-
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        request = struct.pack("16sH", b"lo", 0)
-        flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, request)[:18])[1]
-        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
-
-
 class _PrivateNetwork:
     """A process that owns a private network namespace for as long as it lives.
 
@@ -192,7 +180,7 @@ class _PrivateNetwork:
 
     def __init__(self, timeout: float = 30.0):
         self.proc = subprocess.Popen(
-            [*_UNSHARE, sys.executable, "-m", "helpers.multiworker", "--hold-network"],
+            [*_UNSHARE, sys.executable, "-m", WORKER_PROGRAM, "--hold-network"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -227,13 +215,6 @@ class _PrivateNetwork:
         self.proc.stdout.close()
 
 
-def _hold_network() -> None:
-    _die_with_parent()
-    _loopback_up()
-    print("ready", flush=True)
-    sys.stdin.read()  # until the parent closes our stdin, or dies
-
-
 @dataclass
 class WorkerRun:
     """One finished worker process: its exit code, run time and log file."""
@@ -255,26 +236,18 @@ class WorkerRun:
 def worker_env(ports: Sequence[int], index: int, extra: Mapping[str, str | None] | None = None):
     """The environment of worker ``index``: this one, plus its ``TF_CONFIG``, on the CPU only.
 
-    ``runtime.CPU_ONLY_ENV`` keeps a worker off the TPU or GPU that the notebook's own process
-    owns. The helpers package the parent
-    uses is put on ``PYTHONPATH`` so ``python -m helpers...`` finds the same code.
+    :func:`helpers.processes.child_env` keeps a worker quiet and off the TPU or GPU that the
+    notebook's own process owns. The helpers package the parent uses is put on ``PYTHONPATH`` so
+    ``python -m helpers...`` finds the same code. Taught in notebook 09.
     """
-    env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    env.update(
-        runtime.CPU_ONLY_ENV,
-        TF_CONFIG=json.dumps(tf_config(ports, index)),
-        TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        PYTHONUNBUFFERED="1",
-    )
-    env[PARENT_PID_ENV] = str(os.getpid())
-    for name, value in (extra or {}).items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    own = {
+        "PYTHONPATH": path,
+        "TF_CONFIG": json.dumps(tf_config(ports, index)),
+        PARENT_PID_ENV: str(os.getpid()),
+    }
+    return processes.child_env({**own, **(extra or {})})
 
 
 def run_workers(
@@ -289,7 +262,7 @@ def run_workers(
 ) -> list[WorkerRun]:
     """Run ``python <command>`` as ``num_workers`` processes of one TF cluster; wait; clean up.
 
-    ``command`` is what follows the interpreter, e.g. ``["-m", "helpers.multiworker", ...]``;
+    ``command`` is what follows the interpreter, e.g. ``["-m", WORKER_PROGRAM, ...]``;
     the texts ``{index}`` and ``{workdir}`` in it are replaced per worker (nothing else is).
     Each worker gets its ``TF_CONFIG`` (see :func:`worker_env`), and its output goes to
     ``workdir/worker<i>.log``.
@@ -420,10 +393,6 @@ def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
     )
 
 
-# --------------------------------------------------------------------------------------------
-# The training program each worker runs, and the notebook-side wrapper around it.
-
-
 @dataclass
 class WorkerOutcome:
     """What one worker reports after training: its shard, losses and final weights."""
@@ -484,7 +453,7 @@ def train_on_loopback(
         runs = run_workers(
             [
                 "-m",
-                "helpers.multiworker",
+                WORKER_PROGRAM,
                 "--data",
                 str(data_path),
                 "--out",
@@ -544,8 +513,6 @@ def replay_in_one_process(
     import keras
     import tensorflow as tf
 
-    from helpers import models
-
     model = models.build_classifier(x.shape[1:], seed=seed)
     optimizer = keras.optimizers.Adam(learning_rate)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)  # mean over batch
@@ -591,136 +558,3 @@ def worker_dataset(x, y, context, global_batch_size: int, seed: int = 0):
     ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
     ds = ds.shuffle(len(x), seed=seed).repeat()
     return ds.batch(per_replica, drop_remainder=True).prefetch(2)
-
-
-def train_worker(
-    data: str,
-    out: str,
-    global_batch_size: int,
-    steps: int,
-    learning_rate: float,
-    seed: int,
-) -> None:
-    """The program every worker runs (``python -m helpers.multiworker``); notebook 09 prints it.
-
-    The same code runs on every worker. ``TF_CONFIG`` tells each one who it is; the strategy
-    connects them, gives every worker its own input pipeline, and all-reduces the gradients so
-    all workers apply the same update.
-    """
-    started = time.monotonic()
-    import keras
-    import tensorflow as tf
-
-    from helpers import loops, models
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)  # N workers share this machine
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG, waits for all
-    task_id = strategy.cluster_resolver.task_id
-    startup = time.monotonic() - started
-
-    with np.load(data) as arrays:
-        x, y = arrays["x"], arrays["y"]
-    contexts = []
-
-    def dataset_fn(context: tf.distribute.InputContext):
-        contexts.append(context)  # called once per worker, with that worker's context
-        return worker_dataset(x, y, context, global_batch_size, seed)
-
-    dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
-
-    with strategy.scope():
-        model = models.build_classifier(x.shape[1:], seed=seed)
-        optimizer = keras.optimizers.Adam(learning_rate)
-    loops.build_optimizer(strategy, optimizer, model)  # slots before strategy.run (Keras 3)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-    def replica_step(images, labels, example_ids):
-        with tf.GradientTape() as tape:
-            per_example = loss_fn(labels, model(images, training=True))
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))  # all-reduced
-        return loss, example_ids
-
-    @tf.function
-    def train_step(iterator):
-        loss, example_ids = strategy.run(replica_step, args=next(iterator))
-        total = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
-        return total, strategy.experimental_local_results(example_ids)
-
-    iterator = iter(dist_dataset)
-    seen, losses = [], []
-    for _ in range(steps):
-        loss, local_ids = train_step(iterator)
-        losses.append(float(loss))
-        seen.extend(int(i) for part in local_ids for i in part.numpy())
-
-    context = contexts[0]
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez(f"{out}.npz", **{f"w{i}": v.numpy() for i, v in enumerate(model.weights)})
-    report = {
-        "task_id": int(task_id),
-        "replicas_in_sync": int(strategy.num_replicas_in_sync),
-        "devices": list(strategy.extended.worker_devices),
-        "input_pipeline_id": int(context.input_pipeline_id),
-        "num_input_pipelines": int(context.num_input_pipelines),
-        "example_ids": seen,
-        "losses": losses,
-        "startup_seconds": round(startup, 2),
-    }
-    Path(f"{out}.json").write_text(json.dumps(report))
-
-
-def _die_with_parent() -> None:
-    """Exit when the process that started this worker is gone (Linux: at once; else polling).
-
-    A notebook kernel that is killed cannot run its clean-up code; this keeps its workers from
-    living on, holding ports and CPU.
-    """
-    parent = int(os.environ.get(PARENT_PID_ENV, "0") or 0)
-    if not parent:
-        return
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:  # PR_SET_PDEATHSIG = 1: the kernel sends SIGKILL when the parent exits
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-        except (OSError, AttributeError):  # pragma: no cover - no prctl in this libc
-            pass
-    if os.getppid() != parent:  # the parent is already gone (or this was not started by it)
-        os._exit(3)
-    if not sys.platform.startswith("linux"):  # pragma: no cover - macOS and others
-        import threading
-
-        def watch():
-            while os.getppid() == parent:
-                time.sleep(1)
-            os._exit(3)
-
-        threading.Thread(target=watch, daemon=True).start()
-
-
-def _main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="One worker of helpers.multiworker's cluster.")
-    parser.add_argument("--hold-network", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=".npz file with arrays x and y")
-    parser.add_argument("--out", help="path prefix for <out>.json and <out>.npz")
-    parser.add_argument("--global-batch-size", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--learning-rate", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.hold_network:
-        return _hold_network()
-    if not (args.data and args.out):
-        parser.error("--data and --out are required")
-    _die_with_parent()
-    train_worker(
-        args.data, args.out, args.global_batch_size, args.steps, args.learning_rate, args.seed
-    )
-
-
-if __name__ == "__main__":
-    _main()

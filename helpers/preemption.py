@@ -1,9 +1,9 @@
 """A training run that survives being killed, and the tools to kill it (taught in notebook 08).
 
-Run as a program, in its own process, so that it can really be killed (SIGKILL: no exception,
-no ``finally``, no chance to save)::
+The run itself is a program of its own, started in a new process so that it can really be
+killed (SIGKILL: no exception, no ``finally``, no chance to save)::
 
-    python -m helpers.preemption --mode custom --workdir /tmp/run --epochs 3 --steps-per-epoch 8
+    python -m helpers._programs.preemptible --mode custom --workdir /tmp/run --epochs 3
 
 ``--mode fit`` trains with ``model.fit`` and Keras' ``BackupAndRestore``; ``--mode custom`` with
 the custom loop of ``helpers.loops`` and a ``tf.train.CheckpointManager``. Run the same command
@@ -11,25 +11,23 @@ again after a kill and it continues from the last checkpoint; run it after it fi
 does nothing more.
 
 Progress goes to ``WORKDIR/progress.jsonl``, one JSON object per line, written and flushed as it
-happens, so a parent process can follow the run. ``--hold-at STEP`` makes the run stop and wait
-at a chosen point (after that training step, or inside the checkpoint save at that step, after
-the checkpoint's files are written and before they are committed) so that the parent's kill
-lands at the same place in every run; a real preemption lands anywhere, and the recovery must
-not care where. ``--crash-at STEP --crash-in PHASE`` makes the custom loop SIGKILL itself inside
-the save at that step, in one phase of ``helpers.save_faults.PHASES``, or with ``--crash-in
-random`` at a random instant of it (``--crash-seed``). A restarted run first repairs what the
-kill left (``helpers.checkpoints.repair``).
+happens, so a parent process can follow the run. ``hold_at`` makes the run stop and wait at a
+chosen point (after that training step, or inside the checkpoint save at that step, after the
+checkpoint's files are written and before they are committed) so that the parent's kill lands
+at the same place in every run; a real preemption lands anywhere, and the recovery must not care
+where. ``crash_at`` with ``crash_in`` makes the custom loop SIGKILL itself inside the save at that
+step, in one phase of ``helpers.save_faults.PHASES``, or at a random instant of it. A restarted
+run first repairs what the kill left (``helpers.checkpoints.repair``).
 
-The parent side (notebook 08 and ``tests/test_preemption.py``) uses :func:`command`,
-:func:`run_until_killed`, :func:`run_to_end` and :func:`summarize`; notebook 08 also builds the
-run's model with :func:`build` and its data with :func:`resumable_dataset`. The program itself
-(``_main``, ``_train_custom``, ``_train_fit``, ``_ProgressLog``) is private: it runs only in the
-child process.
+This module is the parent's side: :class:`RunConfig`, :func:`command`, :func:`run_until_killed`,
+:func:`run_to_end`, :func:`read_progress` and :func:`summarize`, and the pieces notebook 08 also
+uses in its own process, :func:`build` (model and optimizer) and :func:`resumable_dataset`. The
+program is :mod:`helpers._programs.preemptible`. TensorFlow and Keras are imported inside the
+functions that need them, so a parent that only starts and reads runs never loads them.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -42,7 +40,27 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import runtime
+from helpers import data, loops, models, processes
+
+__all__ = [
+    "CRASH_IN",
+    "HOLD_WHERE",
+    "MODES",
+    "Outcome",
+    "PROGRAM",
+    "RunConfig",
+    "RunFailed",
+    "build",
+    "command",
+    "read_progress",
+    "resumable_dataset",
+    "run_to_end",
+    "run_until_killed",
+    "summarize",
+    "weights_digest",
+]
+
+PROGRAM = "helpers._programs.preemptible"  # what the child process runs: python -m PROGRAM
 
 MODES = ("fit", "custom")
 HOLD_WHERE = ("after-step", "before-commit")
@@ -136,32 +154,6 @@ class RunConfig:
         return Path(self.workdir) / LOG_NAME
 
 
-# --------------------------------------------------------------------------- the child side
-
-
-class _ProgressLog:
-    """Appends one JSON line per event and flushes it at once: a kill loses nothing written."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
-
-    def write(self, event: str, **values) -> None:
-        record = {"event": event, "pid": os.getpid(), "time": round(time.time(), 3), **values}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-
-    def hold(self, timeout: float, **values) -> None:
-        """Announce the hold, then wait to be killed; exit with status 3 if nobody does."""
-        self.write("hold", **values)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            time.sleep(0.2)
-        self.write("hold_timeout")
-        os._exit(3)
-
-
 def resumable_dataset(
     x,
     y,
@@ -211,23 +203,12 @@ def weights_digest(model) -> str:
     return digest.hexdigest()[:16]
 
 
-def _strategy(replicas: int):
-    # Always the CPU: on a TPU VM the notebook that launches this program owns the TPU, and two
-    # processes cannot share it. One replica is a plain device, more are simulated replicas.
-    import tensorflow as tf
-
-    from helpers.strategy import simulated_tpu
-
-    if replicas == 1:
-        return tf.distribute.OneDeviceStrategy("/cpu:0")
-    return simulated_tpu(tf, replicas)
-
-
 def build(config: RunConfig, strategy):
-    """Model and optimizer, created in ``strategy.scope()`` (the optimizer built, see loops.py)."""
-    import keras
+    """Model and optimizer, created in ``strategy.scope()`` (the optimizer built, see loops.py).
 
-    from helpers import data, loops, models
+    Taught in notebook 08, whose own process builds the same model as the runs it kills.
+    """
+    import keras
 
     images = data.load_images("digits")  # bundled with scikit-learn: never a download
     with strategy.scope():
@@ -237,261 +218,12 @@ def build(config: RunConfig, strategy):
     return images, model, optimizer
 
 
-def _train_custom(config: RunConfig, strategy, log: _ProgressLog | None = None) -> dict:
-    """The custom loop: resume from the latest checkpoint, train, checkpoint, log (notebook 08).
-
-    Can also run inside a notebook's process (without ``log``), which is how notebook 08 gets an
-    uninterrupted reference run to compare the resumed one with. Returns the final state.
-    """
-    import tensorflow as tf
-
-    from helpers import checkpoints, loops
-
-    log = log or _NullLog()
-    images, model, optimizer = build(config, strategy)
-    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")  # host-side counter
-    ckpt_dir = Path(config.workdir) / "checkpoints"
-    repaired = checkpoints.repair(ckpt_dir)  # what a kill inside a save left behind
-    if repaired.changed:
-        log.write("repair", dropped=repaired.dropped, removed=repaired.removed)
-    checkpoint, manager = checkpoints.make_checkpoint(
-        ckpt_dir, model=model, optimizer=optimizer, step=step
-    )
-    restored = checkpoints.resume(
-        checkpoint, ckpt_dir, require=config.require_checkpoint, log=lambda m: None
-    )
-    start = int(step.numpy())
-    log.write("start", mode="custom", resumed_from=restored, start_step=start)
-
-    dataset = resumable_dataset(
-        images.x_train,
-        images.y_train,
-        config.global_batch,
-        config.steps_per_epoch,
-        config.epochs,
-        first_step=start,
-        seed=config.seed,
-    )
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    train_steps = loops.make_train_steps(strategy, model, optimizer, config.global_batch)
-    hold_commit = config.hold_where == "before-commit" and config.hold_at is not None
-
-    done = start
-    while done < config.total_steps:
-        # Never run past a checkpoint, an epoch end or the hold point inside one call.
-        boundaries = [config.save_interval, config.steps_per_epoch]
-        limit = min(b - done % b for b in boundaries)
-        if config.hold_at is not None and config.hold_at > done:
-            limit = min(limit, config.hold_at - done)
-        n = min(config.steps_per_call, limit, config.total_steps - done)
-        loss = float(train_steps(iterator, tf.constant(n)))
-        step.assign_add(n)
-        done += n
-        time.sleep(config.step_delay)
-        epoch = (done - 1) // config.steps_per_epoch
-        log.write("step", step=done, epoch=epoch, steps=n, loss=loss)
-        if done % config.save_interval == 0 or done == config.total_steps:
-            start = time.perf_counter()
-            path = _save(manager, done, config, log, hold_commit)
-            seconds = round(time.perf_counter() - start, 4)
-            log.write("checkpoint", step=done, path=path, seconds=seconds)
-        if done % config.steps_per_epoch == 0:
-            log.write("epoch_end", epoch=epoch, step=done, loss=loss)
-        if config.hold_at == done and not hold_commit:
-            log.hold(config.hold_timeout, step=done, where="after-step")
-    result = {
-        "step": int(step.numpy()),
-        "optimizer_iterations": int(optimizer.iterations.numpy()),
-        "digest": weights_digest(model),
-        "checkpoint": manager.latest_checkpoint,
-    }
-    log.write("done", **result)
-    return {**result, "model": model}
-
-
-def _save(manager, step: int, config: RunConfig, log, hold_commit: bool) -> str:
-    """``manager.save``; held or killed inside it when the config says so at this step."""
-    import contextlib
-    import threading
-
-    from helpers import save_faults
-
-    block = contextlib.nullcontext()
-    if hold_commit and step == config.hold_at:  # wait for the parent's kill before the commit
-        files = lambda: sorted(os.listdir(manager.directory))  # noqa: E731
-        hold = lambda phase: log.hold(  # noqa: E731
-            config.hold_timeout, step=step, where="before-commit", files=files()
-        )
-        block = save_faults.interrupt_save("commit", hold)
-    elif config.crash_at == step and config.crash_in != "random":
-        log.write("crash", step=step, phase=config.crash_in)
-        block = save_faults.interrupt_save(config.crash_in, save_faults.sigkill)
-    elif config.crash_at == step:  # a random instant from the start of the save on ...
-        rng = np.random.default_rng([config.crash_seed, step])
-        delay = float(rng.uniform(0, config.crash_window))
-        log.write("crash", step=step, phase="random", delay=round(delay, 5))
-        threading.Timer(delay, save_faults.sigkill).start()
-        manager.save(checkpoint_number=step)
-        time.sleep(config.crash_window)  # ... to just after it, never in a later save
-        raise RuntimeError(f"the random kill did not come within {config.crash_window} s")
-    with block:
-        return manager.save(checkpoint_number=step)
-
-
-class _NullLog:
-    def write(self, event, **values):
-        pass
-
-    def hold(self, timeout, **values):
-        raise RuntimeError("hold_at needs a progress log (run the module as a program)")
-
-
-def _train_fit(config: RunConfig, strategy, log: _ProgressLog | None = None) -> dict:
-    """``model.fit`` with ``BackupAndRestore`` (via :func:`helpers.checkpoints.fit_backup_callbacks`).
-
-    ``steps_per_execution`` keeps its default of 1: with 2 or more replicas, values above 1 fail
-    in Keras 3 under ``MirroredStrategy`` (see the field notes in notebook 03).
-    """
-    import keras
-
-    from helpers import checkpoints, data
-
-    log = log or _NullLog()
-    images, model, optimizer = build(config, strategy)
-    with strategy.scope():
-        model.compile(
-            optimizer,
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
-    backup_dir = Path(config.workdir) / "backup"
-    if config.require_checkpoint and not (backup_dir / "training_metadata.json").exists():
-        raise checkpoints.CheckpointNotFoundError(
-            f"no backup in {backup_dir}, and this run was asked to continue one"
-        )
-    dataset = data.make_dataset(
-        images.x_train,
-        images.y_train,
-        config.global_batch,
-        replicas=config.replicas,
-        seed=config.seed,
-    )
-
-    class Progress(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.started = False
-
-        def on_epoch_begin(self, epoch, logs=None):
-            if not self.started:
-                self.started = True
-                start = int(self.model.optimizer.iterations.numpy())
-                log.write("start", mode="fit", first_epoch=epoch, start_step=start)
-
-        def on_train_batch_end(self, batch, logs=None):
-            done = int(self.model.optimizer.iterations.numpy())
-            epoch = (done - 1) // config.steps_per_epoch
-            time.sleep(config.step_delay)
-            log.write("step", step=done, epoch=epoch, steps=1, loss=float(logs["loss"]))
-            if config.hold_at == done:
-                log.hold(config.hold_timeout, step=done, where="after-step")
-
-        def on_epoch_end(self, epoch, logs=None):
-            # BackupAndRestore comes first in the callback list, so its backup is on disk now.
-            done = int(self.model.optimizer.iterations.numpy())
-            log.write("checkpoint", step=done, path=str(backup_dir))
-            log.write("epoch_end", epoch=epoch, step=done, loss=float(logs["loss"]))
-
-    callbacks = checkpoints.fit_backup_callbacks(backup_dir, config.steps_per_epoch)
-    model.fit(
-        dataset,
-        epochs=config.epochs,
-        steps_per_epoch=config.steps_per_epoch,
-        callbacks=[*callbacks, Progress()],
-        verbose=0,
-    )
-    result = {
-        "step": int(optimizer.iterations.numpy()),
-        "optimizer_iterations": int(optimizer.iterations.numpy()),
-        "digest": weights_digest(model),
-        "checkpoint": str(backup_dir),
-    }
-    log.write("done", **result)
-    return {**result, "model": model}
-
-
-def _main(argv: list[str] | None = None) -> int:
-    config = _parse_args(argv)
-    log = _ProgressLog(config.log_path)
-    log.write("launch", config=asdict(config))
-    _fail_early_if_nothing_to_resume(config)  # seconds before TensorFlow would have loaded
-    strategy = _strategy(config.replicas)  # before any other TensorFlow op
-    train = _train_custom if config.mode == "custom" else _train_fit
-    train(config, strategy, log)
-    return 0
-
-
-def _fail_early_if_nothing_to_resume(config: RunConfig) -> None:
-    """A run asked to continue, with nothing at all to continue from, fails before it starts.
-
-    Only the plain case is decided here (no checkpoint folder or no files in it; no backup
-    metadata for ``fit``); anything else, a damaged folder included, is for the training code,
-    which repairs and reads what is there.
-    """
-    from helpers.checkpoints import CheckpointNotFoundError
-
-    if not config.require_checkpoint:
-        return
-    folder = Path(config.workdir) / ("backup" if config.mode == "fit" else "checkpoints")
-    if config.mode == "fit":
-        found = (folder / "training_metadata.json").exists()
-    else:
-        found = folder.is_dir() and any(folder.iterdir())
-    if not found:
-        raise CheckpointNotFoundError(
-            f"nothing to resume in {folder}, and this run was asked to continue one"
-        )
-
-
-def _parse_args(argv: list[str] | None = None) -> RunConfig:
-    parser = argparse.ArgumentParser(
-        prog="python -m helpers.preemption", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--workdir", required=True, help="checkpoints and progress.jsonl go here")
-    defaults = RunConfig(mode="custom", workdir="")
-    ints = ("epochs", "steps_per_epoch", "per_replica_batch", "replicas", "steps_per_call")
-    for name in (*ints, "save_every", "seed"):
-        parser.add_argument(
-            "--" + name.replace("_", "-"), type=int, default=getattr(defaults, name)
-        )
-    parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    parser.add_argument("--hold-at", type=int, default=None, help="wait to be killed at this step")
-    parser.add_argument("--hold-where", choices=HOLD_WHERE, default="after-step")
-    parser.add_argument("--hold-timeout", type=float, default=defaults.hold_timeout)
-    parser.add_argument("--step-delay", type=float, default=defaults.step_delay)
-    parser.add_argument(
-        "--require-checkpoint", action="store_true", help="fail if there is nothing to resume"
-    )
-    parser.add_argument("--crash-at", type=int, default=None, help="SIGKILL itself in this save")
-    parser.add_argument("--crash-in", choices=CRASH_IN, default=defaults.crash_in)
-    parser.add_argument("--crash-seed", type=int, default=defaults.crash_seed)
-    parser.add_argument("--crash-window", type=float, default=defaults.crash_window)
-    args = parser.parse_args(argv)
-    try:
-        return RunConfig(**{k.replace("-", "_"): v for k, v in vars(args).items()})
-    except ValueError as err:
-        parser.error(str(err))
-
-
-# -------------------------------------------------------------------------- the parent side
-
-
 def command(config: RunConfig, *, defaults: bool = True) -> list[str]:
     """The command line that runs ``config`` in a new Python process.
 
     ``defaults=False`` leaves out the flags that only repeat a default, to show it to a reader.
     """
-    args = [sys.executable, "-m", "helpers.preemption"]
+    args = [sys.executable, "-m", PROGRAM]
     default = {f.name: f.default for f in fields(RunConfig)}
     for name, value in asdict(config).items():
         if value is None or value is False or (not defaults and value == default[name]):
@@ -538,17 +270,12 @@ def _launch(config: RunConfig, env: dict | None):
     workdir.mkdir(parents=True, exist_ok=True)
     # Output goes to a file, not a pipe: a full pipe would block the child.
     out = open(workdir / f"output-{time.time_ns()}.txt", "w")
+    # On the CPU only, quiet (helpers.processes): the TPU or GPU stays with this process.
+    env = processes.child_env({"PYTHONWARNINGS": "ignore", **(env or {})})
     proc = subprocess.Popen(
-        command(config), stdout=out, stderr=subprocess.STDOUT, env=child_env(env), cwd=workdir
+        command(config), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir
     )
     return proc, out
-
-
-def child_env(extra: dict | None = None) -> dict:
-    """A training program's environment: this one, quiet, on the CPU only (see ``_strategy``),
-    so it leaves alone the TPU or GPU that this process owns; then ``extra``."""
-    env = {**os.environ, **runtime.CPU_ONLY_ENV, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return {**env, "PYTHONWARNINGS": "ignore", **(extra or {})}
 
 
 def _failure(message: str, proc, out, config: RunConfig) -> RunFailed:
@@ -679,7 +406,3 @@ def summarize(events: list[dict], steps_per_epoch: int) -> dict:
         "repeated_epochs": repeated_epochs,
         "finished": bool(rows) and rows[-1]["done"],
     }
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

@@ -16,35 +16,27 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import re
 import sys
 import tempfile
 import warnings
 
-from helpers import runtime
+from helpers import processes, runtime
 
-# 2 = only C++ errors. Environment variables reach every process the helpers start too.
-QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-# Printed by the full `tensorflow` wheel while it looks for a GPU, before its logging is set up,
-# so no log level hides them (see the field notes). Dropped only on a machine with no GPU.
-GPU_PROBE = re.compile(
-    r"All log messages before absl::InitializeLog|cudart_stub.*Could not find cuda drivers"
-    r"|failed call to cuInit"
-)
+__all__ = ["quiet_tensorflow"]
 
 
 def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
     """Lower TensorFlow's C++ and Python logging to warnings; return the startup lines dropped.
 
-    With ``import_now`` TensorFlow is imported here, with the C-level stderr captured, and its
-    GPU probe lines are dropped when no GPU is found; any other line it wrote is passed on. The
+    With ``import_now`` TensorFlow is imported here, with the C-level stderr captured, and the
+    start-up notices no log level reaches (:func:`helpers.processes.harmless`: the GPU probe, the
+    oneDNN notice) are dropped; any other line it wrote is passed on. The
     default imports now unless TPU hardware is in sight (there the TPU runtime's own start-up
     lines are worth seeing). Does nothing more if TensorFlow is already imported or missing.
     """
     if import_now is None:
         import_now = not runtime.tpu_hints()
-    for name, value in QUIET_ENV.items():
-        os.environ.setdefault(name, value)
+    os.environ.setdefault(processes.LOG_LEVEL_VARIABLE, processes.TF_LOG_LEVEL)
     # Keras' fit defaults to shuffle=True and warns that a tf.data.Dataset ignores it; the
     # lessons' pipelines shuffle themselves, so the warning asks nothing of the reader.
     warnings.filterwarnings("ignore", message="`shuffle=True` was passed", category=UserWarning)
@@ -61,13 +53,13 @@ def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
         with _captured_stderr() as captured:
             import tensorflow as tf
 
-            has_gpu = bool(tf.config.list_physical_devices("GPU"))  # the probe happens here
+            tf.config.list_physical_devices("GPU")  # the GPU probe writes its lines here
     except ImportError:
         return []  # runtime.ensure_tensorflow() says what to install
     finally:
         _quiet_absl()
     for line in captured.text.splitlines():
-        if not has_gpu and GPU_PROBE.search(line):
+        if processes.harmless(line):
             dropped.append(line)
         elif line.strip():
             print(line, file=sys.stderr)

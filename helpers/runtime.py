@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers import routes
+from helpers.processes import TPU_ENV_HINTS
 
-# Environment variables that TPU hosts set (Kaggle sets ISTPUVM; Cloud TPU VMs the others).
-TPU_ENV_HINTS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
+# Environment variables by which a hosted notebook platform is recognised.
+COLAB_ENV = ("COLAB_RELEASE_TAG", "COLAB_GPU")
+KAGGLE_ENV = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
 
 # Distribution names under which TensorFlow is installed, most specific first.
 TF_DISTRIBUTIONS = (
@@ -28,11 +30,6 @@ TF_DISTRIBUTIONS = (
     "tensorflow-intel",
     "tf-nightly",
 )
-
-
-# For a child process that must stay on the CPU because this process owns the accelerator: it
-# must not load libtpu (the TPU serves one process) nor map a GPU's memory (notebooks 08 and 09).
-CPU_ONLY_ENV = {"TPU_LOAD_LIBRARY": "0", "CUDA_VISIBLE_DEVICES": ""}
 
 
 class TPUUnusableError(RuntimeError):
@@ -46,9 +43,9 @@ class RestartRequired(RuntimeError):
 def detect_platform(env: Mapping[str, str] | None = None) -> str:
     """Return ``"colab"``, ``"kaggle"``, ``"cloud-tpu-vm"``, ``"ci"`` or ``"local"`` (notebook 01)."""
     env = os.environ if env is None else env
-    if "COLAB_RELEASE_TAG" in env or "COLAB_GPU" in env or "google.colab" in sys.modules:
+    if any(name in env for name in COLAB_ENV) or "google.colab" in sys.modules:
         return "colab"
-    if "KAGGLE_KERNEL_RUN_TYPE" in env or "KAGGLE_URL_BASE" in env:
+    if any(name in env for name in KAGGLE_ENV):
         return "kaggle"
     if any(name in env for name in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")):
         return "cloud-tpu-vm"

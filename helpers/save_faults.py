@@ -12,7 +12,7 @@ and 2.21); a preemption can land in any of them:
 
 :func:`interrupt_save` calls your ``action`` at the start of one phase (for ``merge``: after the
 files are in place, before ``ckpt-N_temp/`` is deleted; for ``sweep``: right after the first
-``.index`` is deleted). In a separate process the action is a SIGKILL (``helpers.preemption
+``.index`` is deleted). In a separate process the action is a SIGKILL (``helpers._programs.preemptible
 --crash-in PHASE``); in a notebook it raises, which leaves the same files behind. It wraps
 private TensorFlow functions: a demonstration and test tool, never for production saves.
 """

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helpers import plots
+from helpers.tpu_facts import GENERATIONS
 
 GIB = 2**30
 
@@ -104,16 +105,24 @@ _LAYOUT_SOURCES = {
         "block, and the order of the hosts: unverified on hardware"
     ),
 }
-# name: (chips, cores per chip, chips per host, HBM GiB per chip), as SliceSpec takes them.
-_SHAPES = {
-    "v5e-1": ((1, 1, 1), 1, (1, 1, 1), 16),
-    "v5e-8": ((2, 4, 1), 1, (2, 4, 1), 16),
-    "v3-8": ((2, 2, 1), 2, (2, 2, 1), 32),
-    "v3-32": ((4, 4, 1), 2, (2, 2, 1), 32),
+# name: (chip grid, chips per host); cores and memory per chip come from helpers.tpu_facts.
+_GRIDS = {
+    "v5e-1": ((1, 1, 1), (1, 1, 1)),
+    "v5e-8": ((2, 4, 1), (2, 4, 1)),
+    "v3-8": ((2, 2, 1), (2, 2, 1)),
+    "v3-32": ((4, 4, 1), (2, 2, 1)),
 }
-SLICES: dict[str, SliceSpec] = {
-    name: SliceSpec(name, *shape, _LAYOUT_SOURCES[name]) for name, shape in _SHAPES.items()
-}
+
+
+def _slice(name: str) -> SliceSpec:
+    chips, host_chips = _GRIDS[name]
+    chip = GENERATIONS[name.split("-")[0]]
+    return SliceSpec(
+        name, chips, chip.devices_per_chip, host_chips, chip.hbm_gib, _LAYOUT_SOURCES[name]
+    )
+
+
+SLICES: dict[str, SliceSpec] = {name: _slice(name) for name in _GRIDS}
 
 
 def slice_spec(name: str | SliceSpec) -> SliceSpec:

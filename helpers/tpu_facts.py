@@ -1,12 +1,26 @@
 """TPU hardware facts, in one place: the tiles a TPU core computes in and the batch that fills
 its matrix unit (Cloud TPU performance guide), which ``fitting.plan_batch`` (notebook 03) and
-the readiness checks (notebook 10) measure against, and each generation's published peak, which
-the self-test compares a measured matmul rate with (``helpers.selftest``, notebook 00)."""
+the readiness checks (notebook 10) measure against, and each generation's published peak,
+memory and devices per chip, which the self-test (notebook 00) and the slices of
+``helpers.topology`` (notebook 07) use."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+__all__ = [
+    "BATCH_FOR_MXU",
+    "FLOAT64_WHY",
+    "GENERATIONS",
+    "Generation",
+    "HOST_ONLY_DTYPES",
+    "TILE_COLS",
+    "TILE_ROWS",
+    "WASTE_WARNING",
+    "generation_of",
+    "round_up",
+]
 
 TILE_ROWS = 8  # the TPU pads the second-to-last dimension of a tile to 8 ...
 TILE_COLS = 128  # ... and the last one to 128: the width of the matrix units (MXU)
@@ -29,17 +43,19 @@ def round_up(n: int, multiple: int) -> int:
 
 @dataclass(frozen=True)
 class Generation:
-    """One TPU generation: its published bfloat16 peak per chip and how TensorFlow sees a chip.
+    """One TPU generation: its published peak and memory per chip, and how TensorFlow sees a chip.
 
-    ``devices_per_chip`` is the number of TensorFlow TPU devices (replicas) one chip shows: 2
-    where each TensorCore is its own device (v2, v3), 1 where a chip has one TensorCore (v5e,
-    v6e) or presents its two as one "megacore" device (v4, v5p). None of these numbers was
-    measured on hardware by this project.
+    ``devices_per_chip`` is the number of TensorFlow TPU devices (replicas, "cores" in the
+    lessons) one chip shows: 2 where each TensorCore is its own device (v2, v3), 1 where a chip
+    has one TensorCore (v5e, v6e) or presents its two as one "megacore" device (v4, v5p).
+    ``hbm_gib`` is the chip's high-bandwidth memory as Google publishes it. None of these numbers
+    was measured on hardware by this project. Taught in notebooks 00 and 07.
     """
 
     name: str
     peak_bf16_tflops: float
     devices_per_chip: int
+    hbm_gib: float
     source: str
     verified_on_hardware: bool = False
 
@@ -59,14 +75,17 @@ GENERATIONS: dict[str, Generation] = {
             "v2",
             45,
             2,
+            16,
             "45 TFLOPS per chip of two cores, as quoted by secondary sources; the Cloud TPU v2 "
             "page was not found by this project's search",
         ),
-        Generation("v3", 123, 2, _DOCS.format("v3")),
-        Generation("v4", 275, 1, _DOCS.format("v4") + "; 2 TensorCores as one megacore device"),
-        Generation("v5e", 197, 1, _DOCS.format("v5e") + "; one TensorCore per chip"),
-        Generation("v5p", 459, 1, _DOCS.format("v5p") + "; 2 TensorCores as one megacore device"),
-        Generation("v6e", 918, 1, _DOCS.format("v6e") + " (Trillium); one TensorCore per chip"),
+        Generation("v3", 123, 2, 32, _DOCS.format("v3")),
+        Generation("v4", 275, 1, 32, _DOCS.format("v4") + "; 2 TensorCores as one megacore device"),
+        Generation("v5e", 197, 1, 16, _DOCS.format("v5e") + "; one TensorCore per chip"),
+        Generation(
+            "v5p", 459, 1, 95, _DOCS.format("v5p") + "; 2 TensorCores as one megacore device"
+        ),
+        Generation("v6e", 918, 1, 32, _DOCS.format("v6e") + " (Trillium); one TensorCore per chip"),
     )
 }
 

@@ -6,7 +6,6 @@ of logical devices (a simulated TPU) runs its code in a fresh Python process: ``
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
+from helpers import processes, runtime
+
+# A laptop's environment: no TPU hints, no hosted platform, not CI (None removes a variable).
+NO_TPU = {
+    name: None for name in (*runtime.TPU_ENV_HINTS, *runtime.COLAB_ENV, *runtime.KAGGLE_ENV, "CI")
+}
 
 # With pytest-xdist (make test: -n 2), a module's tests run on one worker, so its module fixtures
 # are computed once; the tests of these modules each start their own processes and share no
@@ -45,15 +49,11 @@ def pytest_xdist_make_scheduler(config, log):
 def _run_python(code: str, env: dict | None = None, timeout: float = 300, check: bool = True):
     """Run ``code`` in a fresh interpreter; return the CompletedProcess (text output).
 
-    The child's environment is this one plus QUIET_TF plus ``env``; a value of None in ``env``
-    removes that variable. With ``check`` a non-zero exit fails the test with its output shown.
+    The child's environment is :func:`helpers.processes.child_env` (quiet, CPU only) with Python
+    warnings off, plus ``env``; a value of None in ``env`` removes that variable. With ``check``
+    a non-zero exit fails the test with its output shown.
     """
-    child_env = {**os.environ, **QUIET_TF}
-    for name, value in (env or {}).items():
-        if value is None:
-            child_env.pop(name, None)
-        else:
-            child_env[name] = value
+    child_env = processes.child_env({"PYTHONWARNINGS": "ignore", **(env or {})})
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -76,16 +76,7 @@ def run_python():
 
 @pytest.fixture
 def no_tpu_env(monkeypatch):
-    """An environment with none of the TPU hint variables and no platform markers."""
-    from helpers import runtime
-
-    for name in (
-        *runtime.TPU_ENV_HINTS,
-        "COLAB_RELEASE_TAG",
-        "COLAB_GPU",
-        "KAGGLE_KERNEL_RUN_TYPE",
-        "KAGGLE_URL_BASE",
-        "CI",
-    ):
+    """This process's environment made a laptop's: :data:`NO_TPU` removed."""
+    for name in NO_TPU:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch

@@ -21,6 +21,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from bench import common, machine, report  # noqa: E402
 
+from helpers import processes  # noqa: E402
+
 # fit_spe_8_reduce_to_one: helpers.fitting says several steps per execution run on 8 replicas
 # with ReductionToOneDevice; this test fails if that stops being true.
 TECHNIQUES = {"pipeline", "steps_per_call", "fit_spe_1", "fit_spe_8_reduce_to_one", "bf16_step"}
@@ -52,7 +54,7 @@ def quick(tmp_path_factory):
         text=True,
         timeout=900,
         cwd=ROOT,
-        env={**machine.child_env(), "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env=processes.child_env(cpu_only=False),
     )
     report_path, md_path = out / "benchmark.json", out / "benchmark.md"
     if not report_path.exists():

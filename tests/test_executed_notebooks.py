@@ -16,8 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+import manifest  # noqa: E402
 import notebook_files  # noqa: E402
-import run_notebooks  # noqa: E402
+from runner import summary as run_summary  # noqa: E402
 
 RUN = os.environ.get("FIELD_GUIDE_EXECUTED")
 PATHS = notebook_files.notebook_paths()
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.skipif(not RUN, reason="needs FIELD_GUIDE_EXECUTED (mak
 def summary():
     path = Path(RUN) / "summary.json"
     assert path.exists(), f"{path}: the notebooks did not run"
-    return {row["notebook"]: row for row in json.loads(path.read_text())}
+    return {row["notebook"]: row for row in json.loads(path.read_text())["rows"]}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
@@ -55,10 +56,22 @@ def test_no_stderr_outside_cells_that_teach_it(path, summary):
         pytest.skip("not selected in this run (NB=...)")
     executed = json.loads((Path(RUN) / "executed" / path.name).read_text(encoding="utf-8"))
     # On TensorFlow 2.19/2.20 this leaves out the absl lines no setting silences, nothing else.
-    found = run_notebooks.unexpected_stderr(executed, every_line=True)
+    found = run_summary.unexpected_stderr(executed, every_line=True)
     assert not found, (
-        f"stderr in cells not tagged {run_notebooks.EXPECTED_STDERR_TAG!r}: silence it at the "
+        f"stderr in cells not tagged {run_summary.EXPECTED_STDERR_TAG!r}: silence it at the "
         f"source (helpers.quiet) or tag a cell that teaches it: {found}"
+    )
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_headline_is_filled_from_the_numbers_the_run_recorded(path, summary):
+    # A headline naming a number the notebook no longer records would fall back to raw numbers.
+    if path.name not in summary:
+        pytest.skip("not selected in this run (NB=...)")
+    templates = manifest.headlines(manifest.entry_for(manifest.load(), path.name))
+    results = summary[path.name]["results"]
+    assert run_summary.filled_headline(templates, results), (
+        f"{path.name}: no headline in notebooks/manifest.toml fits what it recorded: {sorted(results)}"
     )
 
 

@@ -8,13 +8,10 @@ asserts on its part. Argument checks that fail before TensorFlow runs are tested
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from types import SimpleNamespace
 
 import pytest
+from conftest import _run_python
 
 from helpers import loops
 
@@ -130,14 +127,7 @@ print("RESULT" + json.dumps(out))
 @pytest.fixture(scope="module")
 def seen():
     """Run every scenario in one fresh process with an 8-replica simulated TPU."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SCENARIOS)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    proc = _run_python(SCENARIOS, timeout=600, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
     if proc.returncode != 0 or not lines:
         pytest.fail(f"scenarios failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr[-4000:]}")

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # A worker that records its pid and TF_CONFIG index, then sleeps: used to check clean-up.
 SLEEPER = (
-    "import json, os, pathlib, sys, time; import helpers.multiworker as m; m._die_with_parent(); "
+    "import json, os, pathlib, sys, time; import helpers._programs.worker as w; w._die_with_parent(); "
     "i = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
     "pathlib.Path(sys.argv[1]).joinpath(f'net{i}').write_text(os.readlink('/proc/self/ns/net')); "
     "pathlib.Path(sys.argv[1]).joinpath(f'pid{i}').write_text(str(os.getpid())); "
@@ -189,6 +189,8 @@ def test_wrong_arguments_are_refused():
 def _parent_script(tmp_path: Path, sleep: float, isolate: bool) -> str:
     return textwrap.dedent(
         f"""
+        from helpers import processes
+        processes.default_sigint()  # as a kernel has it, even if this test run ignores SIGINT
         import helpers.multiworker as m
         m.run_workers(["-c", {SLEEPER!r}, {str(tmp_path)!r}, "{sleep}"], 2,
                       workdir={str(tmp_path)!r}, timeout=600, isolate={isolate})

@@ -1,6 +1,6 @@
 """helpers.preemption: a training program killed with SIGKILL resumes and loses nothing.
 
-The integration tests start ``python -m helpers.preemption`` in separate processes, kill them with
+The integration tests start the program ``helpers._programs.preemptible`` in separate processes, kill them with
 SIGKILL at a point announced in their progress log, and start them again. Every process has a
 time limit (``RUN_TIMEOUT``); a process that overruns it is killed and the test fails with its
 output.
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from helpers import preemption
+from helpers._programs import preemptible
 
 RUN_TIMEOUT = 300  # seconds per training process, generous for a busy 2-core machine
 EPOCHS, STEPS_PER_EPOCH, SAVE_EVERY = 3, 8, 4
@@ -66,19 +67,19 @@ def test_bad_configurations_are_refused(tmp_path, changes, message):
 def test_command_line_round_trips(tmp_path):
     config = _config(tmp_path, "x", hold_at=12, hold_where="before-commit", require_checkpoint=True)
     args = preemption.command(config)
-    assert args[1:3] == ["-m", "helpers.preemption"]
-    assert preemption._parse_args(args[3:]) == config
+    assert args[1:3] == ["-m", preemption.PROGRAM]
+    assert preemptible.parse_args(args[3:]) == config
     crash = _config(tmp_path, "x", crash_at=16, crash_in="sweep", crash_seed=3, crash_window=0.2)
-    assert preemption._parse_args(preemption.command(crash)[3:]) == crash
+    assert preemptible.parse_args(preemption.command(crash)[3:]) == crash
     assert "--require-checkpoint" not in preemption.command(_config(tmp_path, "x"))
     short = preemption.command(config, defaults=False)  # for a reader: no flag repeats a default
     assert "--crash-in" not in short and "--hold-at" in short
-    assert preemption._parse_args(short[3:]) == config
+    assert preemptible.parse_args(short[3:]) == config
 
 
 def test_command_line_errors_are_clear(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        preemption._parse_args(["--mode", "custom", "--workdir", str(tmp_path), "--epochs", "0"])
+        preemptible.parse_args(["--mode", "custom", "--workdir", str(tmp_path), "--epochs", "0"])
     assert "epochs must be a positive integer" in capsys.readouterr().err
 
 
@@ -88,13 +89,6 @@ def test_kill_point_is_required(tmp_path):
 
 
 # ----------------------------------------------------------------------- data and logs
-
-
-def test_training_programs_stay_off_the_accelerator_this_process_owns(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    env = preemption.child_env({"EXTRA": "1"})
-    assert env["TPU_LOAD_LIBRARY"] == "0" and env["CUDA_VISIBLE_DEVICES"] == ""
-    assert env["EXTRA"] == "1" and env["PATH"] == os.environ["PATH"]
 
 
 def test_resumable_dataset_continues_in_the_same_order():
@@ -129,7 +123,7 @@ def test_resumable_dataset_needs_enough_examples():
 
 
 def test_read_progress_skips_a_line_being_written(tmp_path):
-    log = preemption._ProgressLog(tmp_path / "p.jsonl")
+    log = preemptible.ProgressLog(tmp_path / "p.jsonl")
     log.write("launch", config={})
     log.write("step", step=1)
     with open(tmp_path / "p.jsonl", "a") as f:
@@ -270,16 +264,16 @@ def test_nothing_to_resume_is_found_before_tensorflow_loads(tmp_path, mode):
 
     config = _config(tmp_path, "run", mode=mode, require_checkpoint=True)
     with pytest.raises(CheckpointNotFoundError, match="nothing to resume"):
-        preemption._fail_early_if_nothing_to_resume(config)
+        preemptible.fail_early_if_nothing_to_resume(config)
     folder = tmp_path / "run" / ("backup" if mode == "fit" else "checkpoints")
     folder.mkdir(parents=True)
     if mode == "custom":  # any file: a damaged folder is for the repair code to judge
         (folder / "ckpt-4.index").write_bytes(b"")
     else:
         (folder / "training_metadata.json").write_text("{}")
-    preemption._fail_early_if_nothing_to_resume(config)
+    preemptible.fail_early_if_nothing_to_resume(config)
     fresh = _config(tmp_path, "fresh", mode=mode)  # not asked to continue: nothing to check
-    preemption._fail_early_if_nothing_to_resume(fresh)
+    preemptible.fail_early_if_nothing_to_resume(fresh)
 
 
 def test_a_run_that_ends_before_its_kill_point_is_reported(tmp_path):
@@ -296,8 +290,8 @@ def test_a_finished_run_started_again_does_nothing(tmp_path, mode):
 
     config = _config(tmp_path, "run", mode=mode, replicas=1, epochs=2, steps_per_epoch=4)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    train = preemption._train_custom if mode == "custom" else preemption._train_fit
-    log = preemption._ProgressLog(config.log_path)
+    train = preemptible.train_custom if mode == "custom" else preemptible.train_fit
+    log = preemptible.ProgressLog(config.log_path)
     first = train(config, strategy, log)
     steps_logged = len(preemption.read_progress(config.log_path))
     again = train(dataclasses.replace(config, require_checkpoint=True), strategy, log)
@@ -354,7 +348,7 @@ def test_sigkill_in_every_phase_of_a_save_resumes_at_the_last_commit(tmp_path):
     # New random instants in every run; KILL_TEST_SEED=<n> replays the run that printed <n>.
     run_seed = int(os.environ.get("KILL_TEST_SEED", random.SystemRandom().randrange(10**6)))
     config = _config(tmp_path, "run", replicas=1, per_replica_batch=64)
-    reference = preemption._train_custom(
+    reference = preemptible.train_custom(
         _config(tmp_path, "reference", replicas=1, per_replica_batch=64),
         tf.distribute.OneDeviceStrategy("/cpu:0"),
     )

@@ -6,15 +6,9 @@ Each case runs in a fresh interpreter, because TensorFlow fixes its devices when
 from __future__ import annotations
 
 import pytest
+from conftest import NO_TPU
 
 import helpers
-
-NO_TPU = {
-    "ISTPUVM": None,
-    "TPU_NAME": None,
-    "TPU_ACCELERATOR_TYPE": None,
-    "TPU_WORKER_HOSTNAMES": None,
-}
 
 
 @pytest.mark.parametrize("bad", [0, -8])

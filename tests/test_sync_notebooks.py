@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+import manifest as M  # noqa: E402
 import notebook_files  # noqa: E402
 import sync_notebooks as sync  # noqa: E402
 
@@ -45,7 +46,7 @@ NAMES = ["10_old.ipynb", "11_new.ipynb", "12_newer.ipynb"]
 @pytest.fixture
 def adopted():
     nb = _new_notebook()
-    manifest = {"11_new": sync.adopt(nb, "11_new.ipynb"), "10_old": {"title": "Old"}}
+    manifest = {"11_new": M.adopt(nb, "11_new.ipynb"), "10_old": {"title": "Old"}}
     return nb, manifest
 
 
@@ -57,6 +58,7 @@ def test_a_new_notebook_is_adopted_and_gets_the_whole_preamble(adopted):
     nb, manifest = adopted
     assert manifest["11_new"] == {
         "title": "A new lesson",
+        "headline": "see results/ (no headline written yet)",
         "promise": 'Learn one new thing, "quoted" too.',
         "need": "Any machine; about a minute on a CPU.",
     }
@@ -128,15 +130,16 @@ def test_navigation_follows_the_numbered_files_present():
 
 def test_a_missing_or_incomplete_entry_is_named():
     with pytest.raises(SystemExit, match=r"\[notebooks\.11_new\]: no such entry"):
-        sync.entry_for({}, "11_new.ipynb")
-    with pytest.raises(SystemExit, match=r"missing \['need'\]"):
-        sync.entry_for({"11_new": {"title": "T", "promise": "P"}}, "11_new.ipynb")
+        M.entry_for({}, "11_new.ipynb")
+    with pytest.raises(SystemExit, match=r"missing \['need', 'headline'\]"):
+        M.entry_for({"11_new": {"title": "T", "promise": "P"}}, "11_new.ipynb")
+    full = {"title": "T", "promise": "P", "need": "N", "headline": "H"}
     with pytest.raises(SystemExit, match="unknown keys"):
-        sync.entry_for({"11_new": {"title": "T", "promise": "P", "need": "N", "x": 1}}, "11_new")
+        M.entry_for({"11_new": {**full, "x": 1}}, "11_new")
+    with pytest.raises(SystemExit, match="not parameter names"):
+        M.entry_for({"11_new": {**full, "smoke": {"epochs": 3}}}, "11_new")
     with pytest.raises(SystemExit, match="helpers-only"):
-        sync.entry_for(
-            {"11_new": {"title": "T", "promise": "P", "need": "N", "setup": "x"}}, "11_new"
-        )
+        M.entry_for({"11_new": {**full, "setup": "x"}}, "11_new")
 
 
 def test_a_notebook_chooses_its_setup_variant(adopted):
@@ -156,10 +159,10 @@ def test_adopted_entries_round_trip_through_the_manifest_file(tmp_path):
     path.write_text(json.dumps(nb))
     manifest = tmp_path / "manifest.toml"
     manifest.write_text("# comment\n")
-    assert sync.adopt_missing([path], manifest) == ["11_new.ipynb"]
-    assert sync.adopt_missing([path], manifest) == []  # already there
+    assert M.adopt_missing([path], manifest) == ["11_new.ipynb"]
+    assert M.adopt_missing([path], manifest) == []  # already there
     entry = notebook_files.tomllib.loads(manifest.read_text())["notebooks"]["11_new"]
-    assert {k: v.strip() for k, v in entry.items()} == sync.adopt(nb, "11_new.ipynb")
+    assert {k: v.strip() for k, v in entry.items()} == M.adopt(nb, "11_new.ipynb")
 
 
 def test_problems_a_sync_cannot_repair_are_reported():

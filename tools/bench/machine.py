@@ -1,4 +1,4 @@
-"""The machine a report describes (CPU, cores, memory, load) and its child processes' environment."""
+"""The machine a report describes: CPU, cores, memory and load."""
 
 from __future__ import annotations
 
@@ -38,10 +38,3 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (OSError, AttributeError):
         return None
-
-
-def child_env() -> dict:
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from bench.common import Settings, row
-from bench.machine import child_env
+from helpers.processes import child_env
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # Start-up chatter of TensorFlow and Jupyter kernels that says nothing about the run.
@@ -27,7 +27,7 @@ def time_command(command: list[str], label: str, timeout: float) -> tuple[float,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=child_env(),
+        env=child_env(cpu_only=False),
         cwd=ROOT,
     )
     try:
@@ -70,7 +70,7 @@ def notebooks_row(settings: Settings, out: Path) -> dict:
         timeout=3 * 3600,
     )
     summary = folder / "summary.json"
-    rows = json.loads(summary.read_text()) if summary.exists() else []
+    rows = json.loads(summary.read_text())["rows"] if summary.exists() else []
     passed = sum(r["status"] == "passed" for r in rows)
     detail = f"{passed} of {len(rows)} notebooks passed" if rows else last
     result.update(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench import fit, loops, overhead, pipeline, precision, recipes
 from bench.common import SIMULATED_REPLICAS, Settings, error_reason, replicas_text, say
-from bench.machine import child_env
+from helpers.processes import child_env
 
 _STARTED = time.perf_counter()  # before TensorFlow is imported: its start-up time is shown
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -81,7 +81,7 @@ def run_process(replicas: int, tasks: tuple[str, ...], quick: bool, timeout: flo
         with open(errors, "w") as stderr:
             try:
                 code = subprocess.run(
-                    command, stderr=stderr, env=child_env(), timeout=timeout, cwd=ROOT
+                    command, stderr=stderr, env=child_env(cpu_only=False), timeout=timeout, cwd=ROOT
                 ).returncode
             except subprocess.TimeoutExpired:
                 code = f"timeout after {timeout:.0f} s"

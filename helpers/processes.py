@@ -1,0 +1,131 @@
+"""Child processes: the one place that decides their environment and TensorFlow's log level.
+
+Lessons start other Python processes: training programs that get killed (notebook 08), the
+workers of a local cluster (notebook 09), the self-test's restart, the benchmark's measurements
+and the tests' fresh interpreters. Each needs the same things, so they come from here:
+
+- :data:`TF_LOG_LEVEL`, the only place a TensorFlow log level is chosen (``2``: C++ errors only).
+  It is set with ``setdefault``: a user's own ``TF_CPP_MIN_LOG_LEVEL=0`` always wins.
+- :data:`CPU_ONLY`, for a child that must keep off the TPU or GPU its parent owns (a TPU serves
+  one process; a GPU's memory is mapped by whoever opens it first).
+- :func:`without_tpu_hints`, the environment of a host with no TPU in sight.
+- :data:`HARMLESS_LOG` and :func:`harmless`, the lines TensorFlow writes before its logging is
+  set up, which no log level reaches: notices, not problems (see :func:`harmless`).
+- :func:`child_env` builds a child's environment from all of the above;
+  :func:`default_sigint` gives a child program back the Ctrl-C that a shell may have taken away.
+
+Nothing here imports TensorFlow. Taught in notebooks 08 and 09 (the programs they start).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import signal
+from collections.abc import Mapping
+
+__all__ = [
+    "CPU_ONLY",
+    "HARMLESS_LOG",
+    "LOG_LEVEL_VARIABLE",
+    "TF_LOG_LEVEL",
+    "TPU_ENV_HINTS",
+    "child_env",
+    "default_sigint",
+    "harmless",
+    "tensorflow_version",
+    "unsilenceable_logs_here",
+    "without_tpu_hints",
+]
+
+LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+TF_LOG_LEVEL = "2"  # C++ errors only; Python warnings are kept (helpers.quiet)
+
+# Environment variables that TPU hosts set (Kaggle sets ISTPUVM; Cloud TPU VMs the others).
+TPU_ENV_HINTS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
+
+# libtpu stays unloaded and no GPU is mapped: the parent keeps its accelerator (notebooks 08, 09).
+CPU_ONLY = {"TPU_LOAD_LIBRARY": "0", "CUDA_VISIBLE_DEVICES": ""}
+
+# Lines TensorFlow writes while it loads, before absl::InitializeLog() runs, where no log level
+# reaches (measured with TF_CPP_MIN_LOG_LEVEL=3):
+# - the full wheel's GPU probe on a host without CUDA ("cudart_stub ... Could not find cuda
+#   drivers", "failed call to cuInit"), with absl's "All log messages before ..." banner;
+# - the oneDNN notice ("oneDNN custom operations are on"), on CPUs where oneDNN is enabled;
+# - with TensorFlow 2.19 and 2.20, grappler's and XLA's INFO/WARNING lines (prefix I0000/W0000).
+HARMLESS_LOG = re.compile(
+    r"All log messages before absl::InitializeLog\(\) is called"
+    r"|cudart_stub.*Could not find cuda drivers|failed call to cuInit"
+    r"|oneDNN custom operations are on"
+)
+_EARLY_ABSL = re.compile(r"^[IW]\d{4} ")  # an absl INFO or WARNING line, as 2.19/2.20 write them
+
+
+def tensorflow_version() -> str:
+    """The installed TensorFlow's version, whichever distribution brought it ("" if none)."""
+    for name in ("tensorflow", "tensorflow-cpu", "tensorflow-tpu"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+def unsilenceable_logs_here(version: str | None = None) -> bool:
+    """True with the TensorFlow releases (2.19, 2.20) whose early absl lines no setting reaches."""
+    version = tensorflow_version() if version is None else version
+    return version.startswith(("2.19.", "2.20."))
+
+
+def harmless(line: str, *, early_absl: bool | None = None) -> bool:
+    """Whether a stderr ``line`` is one of TensorFlow's start-up notices, not a problem.
+
+    ``early_absl`` (by default: with TensorFlow 2.19 or 2.20) also counts any absl INFO or
+    WARNING line as harmless, since those releases write them before any setting applies.
+    Errors (``E0000 ...``) are never harmless.
+    """
+    if HARMLESS_LOG.search(line):
+        return True
+    early_absl = unsilenceable_logs_here() if early_absl is None else early_absl
+    return early_absl and bool(_EARLY_ABSL.match(line))
+
+
+def without_tpu_hints(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the variables that make a host look like a TPU VM."""
+    return {name: value for name, value in env.items() if name not in TPU_ENV_HINTS}
+
+
+def child_env(
+    extra: Mapping[str, str | None] | None = None,
+    *,
+    cpu_only: bool = True,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of a child Python process: ``base`` (this process's) made quiet.
+
+    TensorFlow's log level is set unless the user chose one, Python writes unbuffered (a parent
+    follows the child's output as it comes), and with ``cpu_only`` the child keeps off this
+    process's TPU or GPU. ``extra`` comes last; a value of None removes that variable.
+    """
+    env = dict(os.environ if base is None else base)
+    env.setdefault(LOG_LEVEL_VARIABLE, TF_LOG_LEVEL)
+    env["PYTHONUNBUFFERED"] = "1"
+    if cpu_only:
+        env.update(CPU_ONLY)
+    for name, value in (extra or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def default_sigint() -> None:
+    """Let Ctrl-C (SIGINT) raise KeyboardInterrupt in this process again.
+
+    A program started from a shell's background job (``make test &``, ``nohup``) inherits SIGINT
+    ignored, and Python then installs no handler of its own: a parent that stops its children
+    with SIGINT would wait for nothing. Every child program calls this first.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -1,0 +1,228 @@
+"""tools/run_notebooks.py and tools/runner: the headless run, its cache, folders and summary.
+
+Tiny notebooks stand in for the lessons, with manifest entries of their own; each runs in a
+real kernel through papermill, as the lessons do.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import manifest  # noqa: E402
+import run_notebooks  # noqa: E402
+import sync_notebooks  # noqa: E402
+from runner import execute, summary  # noqa: E402
+from runner.cache import cache_key  # noqa: E402
+from runner.folders import run_folder  # noqa: E402
+
+
+def _tiny_notebook(path: Path, body: str, parameters: str = "") -> Path:
+    cells = [
+        {
+            "cell_type": "code",
+            "id": "parameters",
+            "metadata": {"tags": ["parameters"]},
+            "source": "SMOKE_TEST = False\nSIMULATED_REPLICAS = 8\n" + parameters,
+            "outputs": [],
+            "execution_count": None,
+        },
+        {
+            "cell_type": "code",
+            "id": "body",
+            "metadata": {},
+            "source": body,
+            "outputs": [],
+            "execution_count": None,
+        },
+    ]
+    metadata = {
+        "kernelspec": sync_notebooks.KERNELSPEC,
+        "language_info": sync_notebooks.LANGUAGE_INFO,
+    }
+    nb = {"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def _entry(headline="{value}", **more) -> dict:
+    return {"title": "T", "promise": "P", "need": "N", "headline": headline, **more}
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch, capsys):
+    """``run(notebooks, entries, *args)``: main() on these notebooks; (exit code, rows, printed)."""
+
+    def run_(notebooks: list[Path], entries: dict, *args: str):
+        monkeypatch.setattr(run_notebooks, "notebook_paths", lambda: notebooks)
+        monkeypatch.setattr(manifest, "load", lambda *a: entries)
+        code = run_notebooks.main([*args, "--out", str(tmp_path / "build")])
+        record = json.loads((tmp_path / "build" / "summary.json").read_text())
+        return code, record["rows"], capsys.readouterr().out
+
+    return run_
+
+
+def test_numbers_recorded_skips_unchanged_notebooks_and_stderr_flagged(tmp_path, run):
+    nb = _tiny_notebook(
+        tmp_path / "01_ok.ipynb",
+        "import sys\nfrom helpers import results\nresults.record(smoke=SMOKE_TEST, value=0.25)\n"
+        "print('not expected', file=sys.stderr)",
+    )
+    entries = {"01_ok": _entry("value is {value}")}
+    code, (row,), printed = run([nb], entries, "--smoke", "--cache")
+    assert code == 0 and row["status"] == "passed"
+    assert row["results"] == {"smoke": True, "value": 0.25} and row["headline"] == "value is 0.25"
+    assert row["stderr"] == ["cell 2: not expected"]  # papermill added a parameters cell
+    assert "| 01 ok | passed |" in printed and "(1 unexpected stderr outputs)" in printed
+
+    # Nothing changed: skipped, and the table still shows its result.
+    code, (row,), printed = run([nb], entries, "--smoke", "--cache")
+    assert "01_ok.ipynb: skipped" in printed and "| 01 ok | cached |" in printed
+    assert "value is 0.25" in printed
+
+
+def test_the_cache_key_follows_the_notebook_and_its_parameters(tmp_path):
+    nb = _tiny_notebook(tmp_path / "01_ok.ipynb", "x = 0.25")
+    key = cache_key(nb, {"SMOKE_TEST": False})
+    assert key == cache_key(nb, {"SMOKE_TEST": False})
+    assert key != cache_key(nb, {"SMOKE_TEST": True})
+    nb.write_text(nb.read_text().replace("0.25", "0.5"))
+    assert cache_key(nb, {"SMOKE_TEST": False}) != key
+
+
+def test_a_smoke_run_passes_the_manifests_smaller_values(tmp_path, run):
+    body = "from helpers import results\nresults.record(epochs=EPOCHS, smoke=SMOKE_TEST)"
+    nb = _tiny_notebook(tmp_path / "03_sizes.ipynb", body, parameters="EPOCHS = 8\n")
+    entries = {"03_sizes": _entry("{epochs} epochs", smoke={"EPOCHS": 2})}
+    _, (row,), _ = run([nb], entries, "--smoke")
+    assert row["results"] == {"epochs": 2, "smoke": True}
+    assert row["parameters"] == {"SMOKE_TEST": True, "EPOCHS": 2}
+    _, (row,), _ = run([nb], entries)  # the full run: the notebook's own values
+    assert row["results"] == {"epochs": 8, "smoke": False}
+
+
+def test_the_replica_count_is_passed_and_cached_apart(tmp_path, run):
+    nb = _tiny_notebook(
+        tmp_path / "01_one.ipynb",
+        "from helpers import results\nresults.record(replicas=SIMULATED_REPLICAS)",
+    )
+    entries = {"01_one": _entry("{replicas} replicas")}
+    for replicas, ran in (("1", True), ("1", False), ("2", True)):
+        _, (row,), printed = run([nb], entries, "--smoke", "--cache", "--replicas", replicas)
+        assert f"SIMULATED_REPLICAS={replicas}" in printed
+        assert ("01_one.ipynb: skipped" not in printed) == ran
+        assert row["results"] == {"replicas": int(replicas)}
+        assert row["headline"] == f"{replicas} replica" + ("" if replicas == "1" else "s")
+    with pytest.raises(SystemExit):
+        run_notebooks.main(["--replicas", "0", "--out", str(tmp_path / "x")])
+
+
+def test_a_failing_cell_is_reported_and_the_run_fails(tmp_path, run):
+    nb = _tiny_notebook(tmp_path / "02_bad.ipynb", "raise RuntimeError('boom')")
+    code, (row,), printed = run([nb], {"02_bad": _entry()}, "--smoke")
+    assert code == 1 and row["status"] == "FAILED"
+    assert "boom" in row["error"] or "RuntimeError" in row["error"]
+    assert "| 02 bad | FAILED |" in printed
+
+
+def test_kept_files_get_a_folder_of_their_own_replaced_on_each_run(tmp_path):
+    # Notebook 11 keeps its profiles for TensorBoard: in a headless run they go under the run's
+    # output folder, replaced each time, not into a new temporary folder per run.
+    body = (
+        "import os, time\n"
+        "assert PROFILE_DIR and not os.listdir(PROFILE_DIR), PROFILE_DIR\n"
+        "open(os.path.join(PROFILE_DIR, f'trace-{time.time_ns()}'), 'w').close()"
+    )
+    nb = _tiny_notebook(tmp_path / "11_keeps.ipynb", body, parameters='PROFILE_DIR = ""')
+    out, kept = tmp_path / "build", {"PROFILE_DIR": "profiles"}
+    folder = out / "files" / "11_keeps" / "profiles"
+    row = execute.run_one(nb, out, {"SMOKE_TEST": True}, cell_timeout=120, kept_files=kept)
+    assert row["status"] == "passed", row["error"]
+    assert len(list(folder.iterdir())) == 1
+    # The next run starts from an empty folder (the notebook asserts it; checked here directly).
+    assert execute.kept_files_parameters(nb, out, kept) == {"PROFILE_DIR": str(folder)}
+    assert not list(folder.iterdir())
+    # A notebook without the parameter is given nothing (papermill would warn about it).
+    plain = _tiny_notebook(tmp_path / "01_plain.ipynb", "pass")
+    assert execute.kept_files_parameters(plain, out, kept) == {}
+
+
+def test_two_jobs_keep_each_notebooks_results_apart_and_in_file_order(tmp_path, run):
+    # Each kernel learns where to write its results from the environment, so with two notebooks
+    # running at once each must still record its own numbers.
+    code = "from helpers import results\nresults.record(which={n})"
+    first = _tiny_notebook(tmp_path / "01_first.ipynb", code.format(n=1))
+    second = _tiny_notebook(tmp_path / "02_second.ipynb", code.format(n=2))
+    entries = {"01_first": _entry("{which}"), "02_second": _entry("{which}")}
+    _, rows, printed = run([first, second], entries, "--jobs", "2")
+    assert [(r["notebook"], r["results"]) for r in rows] == [
+        ("01_first.ipynb", {"which": 1}),
+        ("02_second.ipynb", {"which": 2}),
+    ]
+    assert "2 at a time" in printed
+
+
+def test_headline_takes_the_first_template_its_numbers_fill_and_says_1_replica():
+    templates = (
+        "{devices} devices vs 1: weights differ by {max_weight_diff:.1e}",
+        "{devices} devices, validation accuracy {val_accuracy:.1%}",
+    )
+    one = {"devices": 1, "val_accuracy": 0.9}
+    assert summary.headline(templates, one) == "1 device, validation accuracy 90.0%"
+    eight = {**one, "devices": 8, "max_weight_diff": 1e-8}
+    assert summary.headline(templates, eight) == "8 devices vs 1: weights differ by 1.0e-08"
+    assert summary.filled_headline(templates, {"a": 1}) is None
+    assert summary.headline(templates, {"a": 1}) == "a 1"  # none fits: the raw numbers
+
+
+def test_stderr_policy_honours_the_tag_and_counts_harmless_lines_apart():
+    def cell(outputs, tags=()):
+        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "outputs": outputs}
+
+    def stderr(*lines):
+        return {"output_type": "stream", "name": "stderr", "text": [f"{x}\n" for x in lines]}
+
+    absl = "W0000 00:00:1.0 op_level_cost_estimator.cc:699] Error in PredictCost() for the op"
+    notice = "I0000 00:00:1.0 port.cc:153] oneDNN custom operations are on."
+    error = {"output_type": "error", "ename": "ValueError", "evalue": "bad", "traceback": []}
+    nb = {
+        "cells": [
+            cell([{"output_type": "stream", "name": "stdout", "text": "fine"}]),
+            cell([stderr("UserWarning: x")]),
+            cell([stderr("UserWarning: taught")], tags=[summary.EXPECTED_STDERR_TAG]),
+            cell([error]),
+            cell([stderr(notice, absl, "E0000 00:00:1.0 something.cc:1] a real error")]),
+        ]
+    }
+    strict = summary.unexpected_stderr(nb, every_line=True, tolerate=False)
+    assert strict == [
+        (1, "UserWarning: x"),
+        (3, "ValueError: bad"),
+        (4, absl),  # on TensorFlow 2.21 an absl warning is a line to silence
+        (4, "E0000 00:00:1.0 something.cc:1] a real error"),
+    ]
+    tolerant = summary.unexpected_stderr(nb, every_line=True, tolerate=True)
+    assert tolerant == [strict[0], strict[1], strict[3]]
+    assert summary.inspect(nb)["tf_log_lines"] == 2
+
+
+def test_each_stack_mode_and_selection_writes_its_own_folder():
+    # make smoke on the kaggle stack once overwrote the main stack's executed notebooks.
+    folders = [
+        run_folder(mode, only, venv)
+        for venv in (".venv", ".venv-kaggle", ".venv-colab", ".venv-ci")
+        for mode in ("full", "smoke")
+        for only in ((), ("03", "04"))
+    ]
+    names = [f.name for f in folders]
+    assert names[:4] == ["full", "full", "smoke", "smoke-03-04"]  # a full run is always whole
+    assert "smoke-kaggle" in names and "full-colab" in names
+    assert len(set(folders)) == len(folders) - 4  # the full runs' selection adds no folder
+    assert all(f.parent == ROOT / "build" for f in folders)

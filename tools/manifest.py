@@ -1,0 +1,138 @@
+"""notebooks/manifest.toml: what the tools know about each notebook, declared once.
+
+One ``[notebooks.NN_name]`` entry per notebook:
+
+- ``title``, ``promise``, ``need``: the texts of its generated preamble (``tools/sync_notebooks.py``),
+  the README's table and the book's map of lessons;
+- ``headline``: its result in words for ``make run``'s summary and the book, a format string over
+  the numbers it records with ``helpers.results.record`` (or a list of them: the first whose
+  numbers were recorded is used);
+- ``kept_files`` (optional): parameters that name a folder of files kept for the reader, and the
+  sub-folder a headless run gives them (notebook 11's profiles);
+- ``[notebooks.NN_name.smoke]`` (optional): the parameter values of the small, quick version that
+  ``make smoke`` and ``make test`` run, passed to the notebook as papermill parameters;
+- ``parameters``, ``setup`` (optional): a sentence on its own parameters; the setup cell's variant.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from notebook_files import NOTEBOOKS, read, source, tomllib
+
+__all__ = [
+    "MANIFEST",
+    "adopt",
+    "adopt_missing",
+    "entry_for",
+    "headlines",
+    "load",
+    "smoke_parameters",
+]
+
+MANIFEST = NOTEBOOKS / "manifest.toml"
+REQUIRED = ("title", "promise", "need", "headline")
+OPTIONAL = ("parameters", "setup", "kept_files", "smoke")
+SETUP_VARIANTS = ("tensorflow", "helpers-only", "jax")
+PARAMETER_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def load(path: Path = MANIFEST) -> dict[str, dict]:
+    """The ``[notebooks.NN_name]`` entries of the manifest, by notebook file stem."""
+    if not path.exists():
+        return {}
+    with open(path, "rb") as f:
+        return tomllib.load(f).get("notebooks", {})
+
+
+def entry_for(manifest: dict, name: str) -> dict:
+    """The manifest entry of notebook ``name``, checked, or SystemExit naming what is wrong."""
+    stem = Path(name).stem
+    entry = manifest.get(stem)
+    where = f"notebooks/manifest.toml, [notebooks.{stem}]"
+    if entry is None:
+        raise SystemExit(
+            f"{where}: no such entry. Run `make sync` (it copies the notebook's title cell and "
+            "its '## What you need' cell into a new entry) or write the entry by hand."
+        )
+    missing = [key for key in REQUIRED if not entry.get(key)]
+    unknown = sorted(set(entry) - set(REQUIRED) - set(OPTIONAL))
+    if missing or unknown:
+        raise SystemExit(
+            f"{where}: missing {missing or 'nothing'}, unknown keys {unknown or 'none'}"
+        )
+    if entry.get("setup", "tensorflow") not in SETUP_VARIANTS:
+        raise SystemExit(f"{where}: setup = {entry['setup']!r}; known: {list(SETUP_VARIANTS)}")
+    for table in ("kept_files", "smoke"):
+        bad = [key for key in entry.get(table, {}) if not PARAMETER_NAME.match(key)]
+        if bad:
+            raise SystemExit(f"{where}.{table}: {bad} are not parameter names (UPPER_CASE)")
+    return entry
+
+
+def headlines(entry: dict) -> tuple[str, ...]:
+    """The entry's headline templates, in the order they are tried."""
+    headline = entry["headline"]
+    return (headline,) if isinstance(headline, str) else tuple(headline)
+
+
+def smoke_parameters(entry: dict) -> dict:
+    """The parameters of the entry's smoke run: ``SMOKE_TEST=True`` and its smaller values."""
+    return {"SMOKE_TEST": True, **entry.get("smoke", {})}
+
+
+# --- a new notebook's entry, copied from its own cells by its first `make sync` --------------
+
+
+def _toml_text(text: str) -> str:
+    text = text.strip()
+    if "\n" not in text and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    if "'''" not in text:
+        return f"'''\n{text}\n'''"
+    return '"""\n' + text.replace("\\", "\\\\").replace('"""', '\\"""') + '\n"""'
+
+
+def entry_toml(stem: str, entry: dict) -> str:
+    """The TOML text of one manifest entry (its string keys)."""
+    keys = [k for k in (*REQUIRED, *OPTIONAL) if isinstance(entry.get(k), str)]
+    lines = [f"[notebooks.{stem}]", *(f"{key} = {_toml_text(entry[key])}" for key in keys)]
+    return "\n".join(lines) + "\n"
+
+
+def adopt(notebook: dict, name: str) -> dict:
+    """A manifest entry from a notebook not yet in the manifest: its title and 'What you need'.
+
+    Its headline starts as the raw numbers (``{}``-free text is printed as it is); write one.
+    """
+    cells = notebook["cells"]
+    first = source(cells[0]).strip().splitlines() if cells else []
+    first = [line for line in first if not line.startswith("<!--")]
+    if not first or not first[0].startswith(f"# {name[:2]} · "):
+        raise SystemExit(f"{name}: the first cell must be the title, '# {name[:2]} · Title'")
+    promise = " ".join(line.strip() for line in first[1:] if line.strip())
+    need = next((source(c) for c in cells if source(c).startswith("## What you need")), None)
+    if not promise or need is None:
+        raise SystemExit(f"{name}: needs a promise under the title and a '## What you need' cell")
+    body = need.split("\n", 1)[1] if "\n" in need else ""
+    return {
+        "title": first[0].split(" · ", 1)[1],
+        "headline": "see results/ (no headline written yet)",
+        "promise": promise,
+        "need": body.strip(),
+    }
+
+
+def adopt_missing(paths: list[Path], manifest_path: Path = MANIFEST) -> list[str]:
+    """Append a manifest entry for every notebook that has none; returns their names."""
+    manifest = load(manifest_path)
+    added = []
+    for path in paths:
+        if path.stem not in manifest:
+            entry = adopt(read(path), path.name)
+            text = manifest_path.read_text(encoding="utf-8") if manifest_path.exists() else ""
+            manifest_path.write_text(text + ("\n" if text else "") + entry_toml(path.stem, entry))
+            manifest[path.stem] = entry
+            added.append(path.name)
+    return added

@@ -1,0 +1,67 @@
+"""What a notebook's result depends on, and the record of the runs that passed (``cache.json``).
+
+A notebook is skipped when it passed before with the same notebook file, the same helpers, the
+same parameters and the same Python, TensorFlow and JAX.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+import time
+from pathlib import Path
+
+from notebook_files import ROOT
+
+from helpers.processes import tensorflow_version
+
+__all__ = ["Cache", "cache_key"]
+
+FILE = "cache.json"
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def cache_key(path: Path, parameters: dict) -> str:
+    """A digest of the notebook, the helpers, its parameters and the stack it runs on."""
+    digest = hashlib.sha256(path.read_bytes())
+    for helper in sorted((ROOT / "helpers").rglob("*.py")):
+        digest.update(str(helper.relative_to(ROOT)).encode() + helper.read_bytes())
+    stack = {
+        "python": platform.python_version(),
+        "tensorflow": tensorflow_version(),
+        "jax": _version("jax"),
+    }
+    digest.update(json.dumps([parameters, stack], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+class Cache:
+    """The runs of one output folder that passed, by notebook name; saved after every change."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / FILE
+        self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def hit(self, name: str, key: str, executed: Path) -> dict | None:
+        """The entry of ``name`` if it passed with ``key`` and its executed copy still exists."""
+        entry = self.entries.get(name)
+        return entry if entry and entry["key"] == key and executed.exists() else None
+
+    def last_seconds(self, name: str) -> float:
+        return self.entries.get(name, {}).get("row", {}).get("seconds", 0.0)
+
+    def record(self, name: str, key: str, row: dict) -> None:
+        if row["status"] == "passed":
+            when = time.strftime("%Y-%m-%d %H:%M")
+            self.entries[name] = {"key": key, "when": when, "row": row}
+        else:
+            self.entries.pop(name, None)
+        self.path.write_text(json.dumps(self.entries, indent=2))

@@ -1,0 +1,157 @@
+"""Each notebook's row of the summary: its status, its stderr, its plots and its headline.
+
+The stderr policy: only cells tagged ``expected-stderr`` (a lesson that teaches a warning or an
+error) may write to stderr; TensorFlow's start-up notices that no setting silences are counted
+apart as harmless (:func:`helpers.processes.harmless`). ``summary.json`` and ``summary.md`` are
+rewritten after each notebook, so an interrupted run still leaves a summary of what finished.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from notebook_files import ROOT, source
+
+from helpers import processes
+
+__all__ = [
+    "EXPECTED_STDERR_TAG",
+    "filled_headline",
+    "headline",
+    "inspect",
+    "markdown_table",
+    "save",
+    "unexpected_stderr",
+]
+
+EXPECTED_STDERR_TAG = "expected-stderr"
+# "1 replicas" and the like, said in the singular.
+SINGULAR = re.compile(r"\b1 (replica|device|worker)s\b")
+
+
+def _stderr_outputs(notebook: dict, every_cell: bool):
+    """(cell index, text) of each stderr or error output, in cells not tagged for them."""
+    for index, cell in enumerate(notebook.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        if not every_cell and EXPECTED_STDERR_TAG in cell.get("metadata", {}).get("tags", []):
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                yield index, f"{output.get('ename')}: {output.get('evalue')}"
+            elif output.get("name") == "stderr":
+                yield index, source({"source": output.get("text", "")})
+
+
+def unexpected_stderr(
+    notebook: dict, every_line: bool = False, *, tolerate: bool | None = None
+) -> list[tuple[int, str]]:
+    """(cell index, first line) of each stderr or error output in a cell not tagged for it.
+
+    With ``every_line``, one entry per non-empty line instead of per output. Harmless start-up
+    notices are left out; ``tolerate`` (by default: with TensorFlow 2.19 or 2.20) also leaves out
+    the absl lines those releases write before any setting applies.
+    """
+    found = []
+    for index, text in _stderr_outputs(notebook, every_cell=False):
+        lines = [line[:200] for line in text.splitlines() if line.strip()] or [""]
+        lines = [line for line in lines if not processes.harmless(line, early_absl=tolerate)]
+        found += [(index, line) for line in (lines if every_line else lines[:1])]
+    return found
+
+
+def harmless_lines(notebook: dict) -> int:
+    """How many harmless TensorFlow lines the cells show (counted apart in the summary)."""
+    return sum(
+        processes.harmless(line, early_absl=True)
+        for _, text in _stderr_outputs(notebook, every_cell=True)
+        for line in text.splitlines()
+    )
+
+
+def inspect(notebook: dict) -> dict:
+    """What the summary says of an executed notebook besides its status: stderr, logs, plots."""
+    plots = sum(
+        "image/png" in output.get("data", {})
+        for cell in notebook.get("cells", [])
+        for output in cell.get("outputs", [])
+    )
+    stderr = [f"cell {i}: {line}" for i, line in unexpected_stderr(notebook)]
+    return {"stderr": stderr, "tf_log_lines": harmless_lines(notebook), "plots": plots}
+
+
+def filled_headline(templates: tuple[str, ...], results: dict) -> str | None:
+    """The first template whose numbers were all recorded, filled in; None if none was."""
+    for template in templates:
+        try:
+            return SINGULAR.sub(r"1 \1", template.format(**results))
+        except (KeyError, ValueError, TypeError, IndexError):
+            pass  # not recorded in this run (or renamed): try the next
+    return None
+
+
+def headline(templates: tuple[str, ...], results: dict) -> str:
+    """The notebook's result in words, or its raw numbers when no template could be filled."""
+    return filled_headline(templates, results) or format_results(results)
+
+
+def format_results(results: dict, limit: int = 3) -> str:
+    shown = {k: v for k, v in results.items() if not k.startswith("_")}  # helpers.results.count
+    parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()]
+    more = f" (+{len(parts) - limit} more in results/)" if len(parts) > limit else ""
+    return ", ".join(parts[:limit]) + more
+
+
+def _result_text(row: dict) -> str:
+    """The result column: the error of a failed run, else the headline, with what to notice."""
+    if row.get("error"):
+        return row["error"]
+    if row["status"] not in ("passed", "cached"):
+        return ""  # interrupted before it ran: no result to speak of
+    text = row.get("headline", "")
+    if row.get("stderr"):
+        text += f" ({len(row['stderr'])} unexpected stderr outputs)"
+    if row.get("tf_log_lines"):
+        text += f" ({row['tf_log_lines']} TensorFlow start-up log lines, harmless)"
+    return text
+
+
+def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> str:
+    lines = [
+        header,
+        "",
+        "| notebook | status | seconds | result | executed copy (plots inside) |",
+        "|---|---|---:|---|---|",
+    ]
+    for row in rows:
+        where = ""
+        if row.get("executed"):
+            executed = Path(row["executed"])
+            if executed.is_relative_to(ROOT):
+                executed = executed.relative_to(ROOT)
+            plots = row.get("plots", 0)
+            where = f"{executed} ({plots} plot{'' if plots == 1 else 's'})"
+        lines.append(
+            f"| {row['notebook'][:2]} {Path(row['notebook']).stem[3:]} | {row['status']} "
+            f"| {row['seconds']} | {_result_text(row)} | {where} |"
+        )
+    total = sum(row["seconds"] for row in rows)
+    passed = sum(row["status"] in ("passed", "cached") for row in rows)
+    cached = sum(row["status"] == "cached" for row in rows)
+    lines += [
+        "",
+        f"{passed} of {len(rows)} notebooks passed ({cached} unchanged, from the cache); "
+        f"{total:.0f} s of execution" + (f", {wall:.0f} s wall." if wall is not None else "."),
+    ]
+    return "\n".join(lines)
+
+
+def save(out: Path, rows: list[dict], header: str, wall: float | None = None) -> str:
+    """Write ``summary.json`` (the rows, with the run's header) and ``summary.md``; return the table."""
+    table = markdown_table(rows, header, wall)
+    record = {"header": header, "wall_seconds": wall, "rows": rows}
+    (out / "summary.json").write_text(json.dumps(record, indent=2))
+    (out / "summary.md").write_text(table + "\n")
+    return table
