@@ -143,7 +143,7 @@ PLATFORMS: dict[str, Platform] = {
     "colab": Platform(
         name="colab",
         label="Colab, TPU runtime",
-        hardware="v5e-1 (one TPU core)",
+        hardware="v5e-1 (one TPU core); v6e-1 on paid tiers (one core, unverified)",
         python="3.13",
         tensorflow_shipped="none",
         restart="Runtime > Restart session",
@@ -158,6 +158,14 @@ PLATFORMS: dict[str, Platform] = {
         ),
         facts=(
             Fact("the free TPU is a v5e-1 TPU VM", "googlecolab/colabtools#5566"),
+            Fact(
+                "eligible (paid) accounts may choose a v6e-1 (Trillium): the same image, Python "
+                "and route, one chip with one core, 32 GB HBM and 918 bf16 TFLOPs against the "
+                "v5e's 16 GB and 197 TFLOPs; whether tensorflow-tpu 2.20.0 drives a v6e is "
+                "unverified",
+                "googlecolab/colab-vscode (accelerators V5E1, V6E1; #63); "
+                "cloud.google.com/tpu/docs/v6e and /tpu/docs/v5e",
+            ),
             Fact(
                 "the TPU runtime has no TensorFlow since March 2025", "googlecolab/colabtools#5164"
             ),

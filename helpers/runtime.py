@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import routes
+from helpers import failures, routes
 from helpers.processes import TPU_ENV_HINTS
 
 # Environment variables by which a hosted notebook platform is recognised.
@@ -178,16 +178,26 @@ def unusable_tpu_message(
 
 
 def _pip(command: str) -> None:
+    """Run one pip command of a route, shown as it runs; a failure ends with its known fix."""
     args = command.split()[1:]  # drop the leading "pip"
     print("$", command, flush=True)
-    try:
-        subprocess.check_call([sys.executable, "-m", "pip", *args, "-q"])
-    except subprocess.CalledProcessError as err:
-        raise TPUUnusableError(
-            f"`{command}` failed (exit {err.returncode}; pip's own message is above). A runtime "
-            "without internet access cannot install packages: on Kaggle, turn on Internet in "
-            "the notebook's settings. Then run the cell again."
-        ) from None
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", *args, "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+    )
+    print(proc.stdout, end="", flush=True)
+    if proc.returncode != 0:
+        known = failures.explain(proc.stdout)
+        reason = (
+            f"pip's output above shows a known failure: {known}"
+            if known
+            else "A runtime without internet access cannot install packages: on Kaggle, turn "
+            "on Internet in the notebook's settings. Then run the cell again."
+        )
+        raise TPUUnusableError(f"`{command}` failed (exit {proc.returncode}). {reason}")
 
 
 def _no_tensorflow_message(platform: str) -> str:
@@ -223,6 +233,10 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
     platform = detect_platform()
     hints = tpu_hints()
     support = tensorflow_tpu_support()
+    keras = _installed("keras")
+    problem = failures.keras_distribution_problem(keras) if keras else None
+    if problem:
+        raise RuntimeError(f"The lessons need Keras 3.10 or newer. {problem}")
     if not hints:
         if tensorflow_distribution() is None:
             raise ModuleNotFoundError(_no_tensorflow_message(platform))
@@ -242,5 +256,7 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
     routes.record_installed(route)
     raise RestartRequired(
         f"Installed {route.release.requirement} (route {route.name}). Restart the runtime now "
-        f"({route.restart}) and run the notebook again; this cell will then pass."
+        f"({route.restart}) and run the notebook again; this cell will then pass. The image's "
+        "JAX and torch_xla cannot use the TPU in this runtime any more (jax-ml/jax#29989): run "
+        "Keras on JAX (notebook 12) in a fresh runtime."
     )

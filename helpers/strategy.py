@@ -20,7 +20,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from helpers import runtime
+from helpers import failures, runtime
 
 SIMULATED_TPU = "simulated TPU"
 KINDS = ("TPU", "several GPUs", SIMULATED_TPU, "one device")
@@ -103,6 +103,10 @@ def _try_tpu(tf, key, tpu, hints, allow_cpu_fallback) -> _Choice | None:
     platform = runtime.detect_platform()
     support = runtime.tensorflow_tpu_support()
     error: BaseException | None = None
+    owner = failures.tpu_owner_in_process()
+    if owner is not None:  # connecting would fail with "ioctl failed" or "already in use"
+        held = failures.recognise("The TPU is already in use")
+        support = runtime.TPUSupport(False, f"{owner} already holds the TPU: {held.meaning}")
     if support.usable is not False:
         name = tpu or os.environ.get("TPU_NAME") or "local"
         try:
@@ -123,14 +127,9 @@ def _try_tpu(tf, key, tpu, hints, allow_cpu_fallback) -> _Choice | None:
 
 
 def _explain_tpu_error(err: BaseException) -> str:
+    """The known failure behind a failed TPU start, in words (helpers.failures), or its first line."""
     text = str(err)
-    if "ConfigureDistributedTPU" in text:
-        return "this TensorFlow build has no TPU kernels (a CPU-only build)"
-    if "No TPU platform found" in text:
-        return "libtpu does not match this TensorFlow ('No TPU platform found')"
-    if "provide a TPU Name" in text:
-        return "the resolver was given no TPU name; on a TPU VM it must be tpu='local'"
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+    return failures.explain(err) or f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _local_strategy(tf, key, simulated_replicas: int) -> _Choice:

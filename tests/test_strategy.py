@@ -110,11 +110,23 @@ def test_tpu_hinted_with_a_cpu_build_raises_then_falls_back_to_one_device_when_a
         from helpers import runtime
         # Pretend the package metadata looked fine, so connect() really tries the TPU.
         runtime.tensorflow_tpu_support = lambda: runtime.TPUSupport(None, "unknown")
+        # JAX already holds the TPU in this process (its private backends dict says so): refused
+        # before TensorFlow touches the TPU, with the reason.
+        import sys, types
+        import tensorflow  # first: it looks into a JAX module it finds loaded
+        sys.modules["jax._src.xla_bridge"] = types.SimpleNamespace(_backends={"tpu": None})
         try:
             helpers.connect(8)
         except runtime.TPUUnusableError as err:
-            text = str(err)
-            assert "no TPU kernels" in text, text
+            assert "JAX already holds the TPU" in str(err), str(err)
+        else:
+            raise SystemExit("connected beside JAX")
+        del sys.modules["jax._src.xla_bridge"]
+        try:
+            helpers.connect(8)
+        except runtime.TPUUnusableError as err:
+            text = str(err)  # the real error of a CPU build, explained
+            assert "has no TPU support" in text and "colabtools#5203" in text, text
             route = runtime.routes.choose_route("local")  # the route for this interpreter
             assert "ISTPUVM=1" in text and route.commands[-1] in text, text
         else:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,8 @@ def test_a_new_notebook_is_adopted_and_gets_the_whole_preamble(adopted):
     assert text[2] == f"## What you need\nAny machine; about a minute on a CPU.\n\n{sync.TPU_FACTS}"
     assert text[3].startswith("## Setup\n") and "`parameters`" in text[3]
     assert out["cells"][4]["metadata"]["tags"] == ["parameters"]
-    assert text[5].startswith(sync.SETUP_MARKER) and "runtime.ensure_tensorflow()" in text[5]
+    assert text[5].startswith(sync.SETUP_MARKER)
+    assert text[5].endswith("lesson.start(RELEASE, SIMULATED_REPLICAS)")
     assert text[6:8] == ["print('lesson')", "## What to remember\n- one thing\n"]
     assert text[-1].startswith(sync.NAV_MARKER)
     assert "**Previous:** [10 · Old](10_old.ipynb)" in text[-1]
@@ -146,7 +148,7 @@ def test_a_notebook_chooses_its_setup_variant(adopted):
     nb, manifest = adopted
     manifest["11_new"].update(setup="helpers-only", parameters="`SEED` picks the data.")
     text = _sources(sync.sync_notebook(nb, "11_new.ipynb", CFG, manifest, NAMES))
-    assert "ensure_tensorflow" not in text[5] and "import helpers" in text[5]
+    assert text[5].endswith("lesson.start(RELEASE, backend=None)")
     assert "does not use TensorFlow" in text[3] and "`-p NAME value`. `SEED` picks" in text[3]
 
 
@@ -197,72 +199,123 @@ def test_code_cells_are_at_most_25_lines(path):
     )
 
 
-# --- the setup cell's check of `helpers`, run for real in a fresh interpreter ---------------
+# --- the setup cell, run for real in a fresh interpreter -----------------------------------
 
 
 def _setup_code() -> str:
-    """The generated setup cell without the TensorFlow part (the check comes before it)."""
-    entry = {"title": "T", "promise": "P", "need": "N", "setup": "helpers-only"}
+    """The generated setup cell of a lesson without TensorFlow (the checks come before it)."""
+    entry = {"title": "T", "promise": "P", "need": "N", "headline": "H", "setup": "helpers-only"}
     return sync.setup_cell(entry, CFG) + "\nprint('setup passed')"
 
 
-def _run_setup(cwd: Path) -> subprocess.CompletedProcess:
+def _run_setup(cwd: Path, python: str = sys.executable, env: dict | None = None):
     # `python -c` puts the working directory first on sys.path, as Jupyter does the notebook's.
     return subprocess.run(
-        [sys.executable, "-c", _setup_code()], cwd=cwd, capture_output=True, text=True, timeout=60
+        [python, "-c", _setup_code()],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
     )
 
 
-def test_setup_accepts_this_projects_helpers(tmp_path):
+def test_setup_accepts_this_projects_helpers_and_says_what_it_found(tmp_path):
     run = _run_setup(tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "setup passed" in run.stdout
+    line, passed = run.stdout.strip().splitlines()
+    assert line.startswith(f"helpers {CFG['release'][1:]}; ") and passed == "setup passed"
 
 
-def test_setup_stops_at_a_foreign_helpers_module_and_says_where(tmp_path):
+def test_setup_stops_at_a_foreign_helpers_module_and_says_what_to_do(tmp_path):
     (tmp_path / "helpers.py").write_text("def plot(): pass\n")
     run = _run_setup(tmp_path)
     assert run.returncode != 0 and "setup passed" not in run.stdout
-    version = CFG["release"][1:]
     message = run.stderr.strip().splitlines()[-1]
-    assert message.startswith("ImportError: These notebooks need `helpers` from tpu-field-guide")
-    assert f"tpu-field-guide {version}" in message
-    assert f"found a module at {tmp_path / 'helpers.py'}" in message
-    assert "rename or move it" in message and f"@{CFG['release']}" in message
+    assert message.startswith("ImportError: cannot import name 'lesson' from 'helpers'")
+    assert str(tmp_path / "helpers.py") in message  # where the foreign module is
+    assert f"`%pip install -U git+https://github.com/{CFG['github']}@{CFG['release']}`" in message
 
 
 def test_setup_stops_at_another_release_of_this_package(tmp_path):
     package = tmp_path / "helpers"
     package.mkdir()
-    (package / "__init__.py").write_text(
-        textwrap.dedent("""\
-            __project__ = "tpu-field-guide"
-            __version__ = "0.0.1"
-        """)
-    )
+    (package / "__init__.py").write_text('__project__ = "tpu-field-guide"\n__version__ = "0.0.1"\n')
+    (package / "lesson.py").write_text((ROOT / "helpers" / "lesson.py").read_text())
     run = _run_setup(tmp_path)
     assert run.returncode != 0
-    assert f"found tpu-field-guide 0.0.1 at {package / '__init__.py'}" in run.stderr
-    assert "%pip install -U git+https://github.com/" in run.stderr
+    assert "ForeignHelpers: These notebooks need the helpers of tpu-field-guide" in run.stderr
+    assert "found version 0.0.1" in run.stderr and f"@{CFG['release']}`" in run.stderr
 
 
-def test_setup_explains_a_failed_install_of_the_helpers(tmp_path):
-    # As on Colab or Kaggle without the helpers, when pip cannot fetch them (no network, no tag).
-    prelude = textwrap.dedent("""\
-        import importlib.util, subprocess
-        real_find_spec = importlib.util.find_spec
-        importlib.util.find_spec = lambda name, *a: None if name == "helpers" else real_find_spec(name, *a)
-        subprocess.call = lambda command: print("pip:", " ".join(command[3:])) or 1
-    """)
-    run = subprocess.run(
-        [sys.executable, "-c", prelude + _setup_code()],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def _stand_in_remote(tmp_path: Path, tag: str | None) -> Path:
+    """A git repository with this checkout's package, tagged ``tag`` (or not at all)."""
+    repo = tmp_path / "remote"
+    for name in ("helpers", "pyproject.toml", "README.md"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, repo / name)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "stand-in"], check=True)
+    if tag:
+        subprocess.run([*git, "tag", tag], check=True)
+    return repo
+
+
+@pytest.fixture
+def fresh_python(tmp_path_factory):
+    """A new virtual environment without the helpers, whose other packages (numpy...) come from
+    this one's site-packages: a hosted runtime before the setup cell installs anything."""
+    venv = tmp_path_factory.mktemp("hosted") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
+    (site / "packages-of-the-image.pth").write_text(ours + "\n")  # its .pth files are not run
+    return str(venv / "bin" / "python")
+
+
+# pip builds the package from the stand-in remote; only its own dependencies are left out.
+QUIET_PIP = {"PIP_NO_DEPS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+@pytest.mark.slow
+def test_setup_installs_from_the_tag_or_else_from_main_and_says_so(tmp_path, fresh_python):
+    remote = _stand_in_remote(tmp_path, tag=None)  # the release tag is not published yet
+    env = {**QUIET_PIP, "FIELD_GUIDE_REPO": f"file://{remote}"}
+    run = _run_setup(tmp_path, fresh_python, env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"Did not find branch or tag '{CFG['release']}'" in run.stderr  # pip's words
+    line = run.stdout.strip().splitlines()[0]
+    assert (
+        "(installed from main @ " in line and f"not from the release tag {CFG['release']})" in line
     )
+
+
+@pytest.mark.slow
+def test_setup_explains_an_install_that_fails_everywhere(tmp_path, fresh_python):
+    env = {**QUIET_PIP, "FIELD_GUIDE_REPO": f"file://{tmp_path / 'no-such-repository'}"}
+    run = _run_setup(tmp_path, fresh_python, env)
     assert run.returncode != 0 and "setup passed" not in run.stdout
-    assert f"pip: install -q git+https://github.com/{CFG['github']}@{CFG['release']}" in run.stdout
     message = run.stderr.strip().splitlines()[-1]
-    assert message.startswith("RuntimeError: pip could not install git+https://github.com/")
-    assert "copy the repository's helpers/ folder into the working directory" in message
+    assert message.startswith("RuntimeError: Could not install the helpers from file://")
+    assert "Internet off (Kaggle: Settings)?" in message and "helpers/ folder" in message
+
+
+def test_the_badges_runtime_survives_nbstripout_as_make_sync_runs_it(tmp_path):
+    # Colab opens a TPU runtime from "accelerator" and colab.gpuType; nbstripout must keep them.
+    path = tmp_path / PATHS[1].name
+    shutil.copy(PATHS[1], path)
+    nb = notebook_files.read(path)
+    code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    code.update(execution_count=3)  # something for it to strip
+    path.write_text(notebook_files.dumps(nb))
+    nbstripout = Path(sys.executable).parent / "nbstripout"
+    subprocess.run([str(nbstripout), "--keep-id", str(path)], check=True)
+    stripped = notebook_files.read(path)["metadata"]
+    for key, value in sync.HARDWARE_METADATA["tpu"].items():
+        assert stripped[key] == value
+    assert stripped["colab"]["gpuType"] == "V5E1" and stripped["kaggle"]["accelerator"] == "tpuV5e8"

@@ -11,7 +11,8 @@ One ``[notebooks.NN_name]`` entry per notebook:
   sub-folder a headless run gives them (notebook 11's profiles);
 - ``[notebooks.NN_name.smoke]`` (optional): the parameter values of the small, quick version that
   ``make smoke`` and ``make test`` run, passed to the notebook as papermill parameters;
-- ``parameters``, ``setup`` (optional): a sentence on its own parameters; the setup cell's variant.
+- ``parameters``, ``setup``, ``hardware`` (optional): a sentence on its own parameters; the setup
+  cell's variant; the runtime its badges ask Colab and Kaggle for ("tpu", the default).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = [
 
 MANIFEST = NOTEBOOKS / "manifest.toml"
 REQUIRED = ("title", "promise", "need", "headline")
-OPTIONAL = ("parameters", "setup", "kept_files", "smoke")
+OPTIONAL = ("parameters", "setup", "kept_files", "smoke", "hardware")
 SETUP_VARIANTS = ("tensorflow", "helpers-only", "jax")
 PARAMETER_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import manifest as manifest_file
 from manifest import smoke_parameters
-from notebook_files import ROOT, dumps, notebook_paths, read, settings, source, tomllib
+from notebook_files import ROOT, dumps, notebook_paths, read, settings, source
 
 sys.path.insert(0, str(ROOT))
 from helpers import routes  # noqa: E402
@@ -50,39 +50,64 @@ ROUTES_END = "<!-- end of route table -->"
 LONG_CELL = 25  # lines: a code cell longer than this wants a pause (a split) somewhere
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-LANGUAGE_INFO = {"name": "python", "pygments_lexer": "ipython3"}
+# What ipykernel reports about itself: JupyterLab rewrites any other language_info when a kernel
+# starts, and then counts the notebook as modified. Its "version" is the Python of the kernel, so
+# it is the Python of the project's own environment (pyproject.toml, [tool.tpu-field-guide]); with
+# another Python JupyterLab still counts the notebook modified on open.
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
+# The runtime each platform's badge should open. Colab reads "accelerator" and colab.gpuType
+# (Colab's own TPU notebooks carry them; not documented by Colab); Kaggle exports notebooks with a
+# "kaggle" block, and whether "Open in Kaggle" honours it is unknown (so the lessons also say how
+# to choose the TPU by hand). No dockerImageVersionId: a pinned CPU image kept a TPU run on the CPU
+# (Kaggle/kaggle-cli#1197). The setup cell installs from GitHub, so Kaggle needs the internet on.
+HARDWARE_METADATA = {
+    "tpu": {
+        "accelerator": "TPU",
+        "colab": {"gpuType": "V5E1", "machine_shape": "hm", "provenance": []},
+        "kaggle": {"accelerator": "tpuV5e8", "isGpuEnabled": False, "isInternetEnabled": True},
+    },
+}
 
-# The setup cell: the helpers, found or installed, and confirmed to be this project's release.
-# The check runs before anything of the package is used, because a foreign `helpers` (a
-# helpers.py beside the notebook is common) shadows ours; it is kept in the cell for that reason.
-SETUP_HELPERS = """{marker}
-import importlib
+# The setup cell: the helpers, installed where they are missing (Colab, Kaggle), then
+# helpers.lesson.start, which does the rest and prints one line. The install stays in the cell
+# because nothing of the helpers exists before it; a module of the reader's own named `helpers`
+# would shadow ours, so the import says what to do then. FIELD_GUIDE_REPO points it at a fork
+# or a mirror (the tests use a local git repository).
+SETUP_CELL = """{marker}
 import importlib.util
+import os
 import subprocess
 import sys
 
-RELEASE = "{release}"  # the release of this collection's helpers that the lessons are written for
-package = f"git+https://github.com/{github}@{{RELEASE}}"
-if importlib.util.find_spec("helpers") is None:  # Colab or Kaggle: fetch the shared helpers
-    if subprocess.call([sys.executable, "-m", "pip", "install", "-q", package]) != 0:
+RELEASE = "{release}"  # the release of the helpers these lessons are written for
+REPO = os.environ.get("FIELD_GUIDE_REPO", "https://github.com/{github}")
+if importlib.util.find_spec("helpers") is None:  # Colab, Kaggle: install the helpers first
+    for ref in (RELEASE, "main"):  # the release tag, else the main branch (start() says which)
+        pip = [sys.executable, "-m", "pip", "install", "-q", f"git+{{REPO}}@{{ref}}"]
+        if subprocess.run(pip, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}}).returncode == 0:
+            break
+    else:
         raise RuntimeError(
-            f"pip could not install {{package}} (its reason is above). Check the network; or copy"
-            " the repository's helpers/ folder into the working directory and run this cell again."
+            f"Could not install the helpers from {{REPO}} (see above). {install_help}"
         )
-    importlib.invalidate_caches()
-import helpers
-
-# Someone else's module called `helpers` (a helpers.py beside the notebook), or another release?
-found = f"{{getattr(helpers, '__project__', 'a module')}} {{getattr(helpers, '__version__', '')}}"
-if found != f"{project} {{RELEASE[1:]}}":
-    where = getattr(helpers, "__file__", None) or list(getattr(helpers, "__path__", []))
+try:
+    from helpers import lesson
+except ImportError as err:  # a module of your own named `helpers`, or an old release of ours
     raise ImportError(
-        f"These notebooks need `helpers` from {project} {{RELEASE[1:]}}, but `import helpers`"
-        f" found {{found.strip()}} at {{where}}. If that module is yours, rename or move it;"
-        f" otherwise run `%pip install -U {{package}}`. Then restart the kernel."
-    )"""
+        f"{{err}}. {foreign_help} `%pip install -U git+{{REPO}}@{{RELEASE}}`"
+    ) from None
+lesson.start({start})"""
+INSTALL_HELP = "Internet off (Kaggle: Settings)? Else copy its helpers/ folder here."
+FOREIGN_HELP = "Rename your own `helpers`, or"
 
-# Setup variants: what follows the helpers check, and the sentence that explains it. A notebook
+# Setup variants: the arguments of lesson.start, and the sentence that explains them. A notebook
 # chooses one with `setup = "..."` in its manifest entry; "tensorflow" is the default.
 SETUP_VARIANTS = {
     "tensorflow": (
@@ -93,29 +118,18 @@ SETUP_VARIANTS = {
         "or red log lines starting `I0000`, `W0000` or `WARNING: All log messages before "
         "absl::InitializeLog()` still appear under some cells: harmless start-up and optimiser "
         "notes that those versions print before any log setting applies.)",
-        """
-from helpers import quiet, runtime
-
-# Before TensorFlow's first import: its log lines stay out of the cells, warnings still show.
-quiet.quiet_tensorflow()
-# Stops here, with the exact fix, when TPU hardware is present but this TensorFlow can't use it.
-tpu_support = runtime.ensure_tensorflow()""",
+        "RELEASE, SIMULATED_REPLICAS",
     ),
     "helpers-only": (
         "This lesson does not use TensorFlow, so the cell does nothing more.",
-        "",
+        "RELEASE, backend=None",
     ),
     # Keras on JAX runs in its own process, without TensorFlow (notebook 12).
     "jax": (
         "This lesson runs Keras on JAX, without TensorFlow: the cell selects the JAX backend, and "
         "on a CPU-only host `SIMULATED_REPLICAS` devices, before Keras or JAX is first imported, "
         "and stops with what to do if this process has already imported TensorFlow.",
-        """
-from helpers import jax_port
-
-# Before Keras' and JAX's first import: the JAX backend, and on a CPU-only host
-# SIMULATED_REPLICAS devices. Stops with what to do if this process already imported TensorFlow.
-print(jax_port.configure(SIMULATED_REPLICAS))""",
+        'RELEASE, SIMULATED_REPLICAS, backend="jax"',
     ),
 }
 
@@ -135,9 +149,11 @@ TPU when only a CPU is present. `make smoke` and `make test` run a small, quick 
 with the values it was given. Change them there, or pass them to papermill with
 `-p NAME value`.{extra}
 
-The cell after it comes from one template for all the notebooks. It installs this collection's small helper
-package where it is missing (Colab, Kaggle), and stops with what to do when the `helpers` it finds
-is a module of your own or another release. {variant}"""
+The cell after it is the same in every lesson. On Colab and Kaggle it first installs this
+collection's small helper package from its release tag (while that tag is not published, from the
+main branch); a failed install says what to do, and so does a module of your own named `helpers`.
+Then `helpers.lesson.start` checks the helpers' release and prints one line: the helpers,
+TensorFlow and Keras, and the hardware found or simulated. {variant}"""
 
 
 def urls(name: str, cfg: dict) -> dict[str, str]:
@@ -174,15 +190,15 @@ def _fill(text: str, cfg: dict) -> str:
     return text.replace("{release}", cfg["release"]).replace("{github}", cfg["github"])
 
 
-def project_name() -> str:
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["name"]
-
-
 def setup_cell(entry: dict, cfg: dict) -> str:
-    _, code = SETUP_VARIANTS[entry.get("setup", "tensorflow")]
-    head = SETUP_HELPERS.format(marker=SETUP_MARKER, project=project_name(), **cfg)
-    return head + code
+    _, start = SETUP_VARIANTS[entry.get("setup", "tensorflow")]
+    return SETUP_CELL.format(
+        marker=SETUP_MARKER,
+        start=start,
+        install_help=INSTALL_HELP,
+        foreign_help=FOREIGN_HELP,
+        **cfg,
+    )
 
 
 def setup_text(entry: dict, cfg: dict) -> str:
@@ -286,7 +302,8 @@ def sync_notebook(
     assign_ids(notebook["cells"], name)
     notebook["nbformat"], notebook["nbformat_minor"] = 4, NBFORMAT_MINOR
     notebook["metadata"]["kernelspec"] = KERNELSPEC
-    notebook["metadata"]["language_info"] = LANGUAGE_INFO
+    notebook["metadata"]["language_info"] = {**LANGUAGE_INFO, "version": cfg["python"]}
+    notebook["metadata"].update(HARDWARE_METADATA[entry.get("hardware", "tpu")])
     return notebook
 
 

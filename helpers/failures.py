@@ -1,0 +1,238 @@
+"""The errors TPU users really post, what each means, and the fix: one table, one place.
+
+Each :class:`KnownFailure` is recognised by stable fragments of the text users posted (the
+sources name the threads), so an exception, pip's output or a log line can be turned into the
+fix: :func:`recognise` finds the row, :func:`explain` says it in a sentence. ``helpers.connect``
+explains a failed TPU start with it, the install routes explain a failed pip run, and the
+self-test records which rows it met. Notebook 01 shows the table (:func:`markdown_table`).
+
+Two conditions are looked for before anything fails: another library of this process already
+holding the TPU (:func:`tpu_owner_in_process`), and a Keras release with the known
+multi-replica bugs (:func:`keras_distribution_problem`). Nothing here imports TensorFlow, JAX or
+torch_xla. None of it was verified on TPU hardware by this collection: the texts are the users'.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "FAILURES",
+    "KnownFailure",
+    "explain",
+    "keras_distribution_problem",
+    "markdown_table",
+    "recognise",
+    "tpu_owner_in_process",
+]
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """One failure users report: the fragments that identify it, its meaning, its fix, sources.
+
+    Taught in notebook 01; recorded by the self-test (notebook 00).
+    """
+
+    key: str
+    signs: tuple[str, ...]  # regular expressions; any one of them identifies the failure
+    meaning: str
+    fix: str
+    sources: tuple[str, ...]
+
+    def matches(self, text: str) -> bool:
+        return any(re.search(sign, text) for sign in self.signs)
+
+
+FAILURES: tuple[KnownFailure, ...] = (
+    KnownFailure(
+        "tensorflow-without-tpu",
+        (
+            r"No OpKernel was registered to support Op 'ConfigureDistributedTPU'",
+            r"Registered devices: \[CPU(, XLA_CPU)?\]",
+        ),
+        "this TensorFlow has no TPU support: a CPU build (tensorflow or tensorflow-cpu) runs on "
+        "a TPU VM, as Colab's and Kaggle's TPU images are today",
+        "install the TPU build of this platform's route (the route table, notebook 01) and "
+        "restart the runtime; the setup cell does both on Colab and Kaggle",
+        (
+            "googlecolab/colabtools#5203",
+            "googlecolab/colabtools#5228",
+            "tensorflow/tensorflow#89797",
+            "tensorflow/tensorflow#96203",
+        ),
+    ),
+    KnownFailure(
+        "libtpu-mismatch",
+        (
+            r"No TPU platform found",
+            r"Unexpected PJRT_Plugin_Attributes_Args size",
+            r"Mismatched PJRT plugin PJRT API version",
+            r"Unexpected PJRT_Api size",
+        ),
+        "the libtpu installed was built for another framework release than this TensorFlow "
+        "(pip took the newest libtpu, or another library brought its own)",
+        "install the route's exact pair in a fresh runtime: tensorflow-tpu==2.19.1 (it pins "
+        "libtpu 0.0.10), or tensorflow-tpu==2.20.0 with libtpu==0.0.14",
+        ("Kaggle/docker-python#1499", "jax-ml/jax#29989", "google/flax#4122"),
+    ),
+    KnownFailure(
+        "tpu-held-elsewhere",
+        (
+            r"The TPU is already in use",
+            r"already in use by (process with pid|another process)",
+            r"ioctl failed",
+            r"Unable to initialize backend 'tpu'",
+        ),
+        "another library in this process (JAX, torch_xla) or another process already holds the "
+        "TPU, and a TPU serves one process and one framework",
+        "restart the runtime and run this notebook alone, without importing jax or torch_xla "
+        "(never delete /tmp/libtpu_lockfile while a process holds the TPU)",
+        (
+            "Kaggle/docker-python#1370",
+            "keras-team/keras#19448",
+            "googlecolab/colabtools#4567",
+            "jax-ml/jax#22070",
+        ),
+    ),
+    KnownFailure(
+        "libtpu-pin-conflict",
+        (
+            r"Cannot install tensorflow-tpu",
+            r"depends on libtpu==\d+\.\d+\.\d+\w*",
+        ),
+        "an older tensorflow-tpu (2.16 to 2.18) pins a libtpu==2.x that is not on PyPI, so pip "
+        "cannot resolve it",
+        "install this platform's route instead (tensorflow-tpu 2.19.1 or 2.20.0, whose libtpu "
+        "is on PyPI); for an older release add Google's --find-links index",
+        ("googlecolab/colabtools#5209", "googlecolab/colabtools#5228"),
+    ),
+    KnownFailure(
+        "jax-lost-libtpu",
+        (
+            r"cloud_tpu_init failed",
+            r"has no attribute 'get_library_path'",
+            r"A Google TPU may be present on this machine",
+        ),
+        "installing a TPU build of TensorFlow replaced the libtpu that JAX needs, so JAX fell "
+        "back to the CPU",
+        "run Keras on JAX (notebook 12) in a fresh runtime where no TPU build of TensorFlow was "
+        "installed",
+        ("jax-ml/jax#29989", "jax-ml/jax#28811"),
+    ),
+    KnownFailure(
+        "bare-tpu-resolver",
+        (r"Please provide a TPU Name to connect to",),
+        "TPUClusterResolver() was given no TPU name; on a TPU VM the name is 'local'",
+        "TPUClusterResolver(tpu='local'), which helpers.connect() uses",
+        ("googlecolab/colabtools#4637", "tensorflow/tensorflow#70827"),
+    ),
+)
+
+# The package a pip conflict names: "tensorflow-tpu 2.18.0 depends on libtpu==2.18.0".
+_CONFLICT = re.compile(r"depends on (libtpu==[\w.]+)")
+
+
+def recognise(text: str | BaseException) -> KnownFailure | None:
+    """The known failure ``text`` (or an exception's message) shows, or None (notebook 01)."""
+    text = f"{type(text).__name__}: {text}" if isinstance(text, BaseException) else text
+    return next((failure for failure in FAILURES if failure.matches(text)), None)
+
+
+def explain(text: str | BaseException) -> str | None:
+    """A sentence with the meaning, the fix and the sources of a known failure; else None.
+
+    Taught in notebook 01.
+    """
+    failure = recognise(text)
+    if failure is None:
+        return None
+    named = _CONFLICT.search(str(text))
+    conflict = f" (the conflict: {named.group(1)})" if named else ""
+    sources = ", ".join(failure.sources)
+    return f"{failure.meaning}{conflict}. Fix: {failure.fix}. Reported in {sources}."
+
+
+def markdown_table() -> str:
+    """The table notebook 01 shows: what users see, what it means, the fix, where reported."""
+    rows = ["| what you see | what it means | the fix | reported in |", "|---|---|---|---|"]
+    for failure in FAILURES:
+        seen = "<br>".join(f"`{_plain(sign)}`" for sign in failure.signs[:2])
+        rows.append(
+            f"| {seen} | {failure.meaning} | {failure.fix} | {', '.join(failure.sources)} |"
+        )
+    return "\n".join(rows)
+
+
+def _plain(sign: str) -> str:
+    """A regular expression as the text it matches, for reading."""
+    text = re.sub(r"\(([^()|]*)\|[^()]*\)", r"\1", sign)  # (a|b) -> a
+    text = re.sub(r"\\d\+|\\w\*|\?|\(|\)", "", text)
+    return text.replace("\\", "").replace("==.", "==").strip(". ")
+
+
+def tpu_owner_in_process(
+    modules: Mapping[str, object] | None = None, fd_dir: str | Path = "/proc/self/fd"
+) -> str | None:
+    """The library of this process that already holds the TPU, or None (notebook 01).
+
+    Looked up without initialising anything: JAX's backends dict once JAX has started one
+    (``jax._src.xla_bridge._backends``), torch_xla's runtime flag
+    (``torch_xla._XLAC._xla_runtime_is_initialized``), both private APIs present in the JAX and
+    torch_xla releases the TPU images ship; and, whatever the library, an open TPU device node
+    or libtpu lock file among this process's file descriptors (the test XLA itself makes).
+    Unverified on hardware.
+    """
+    modules = sys.modules if modules is None else modules
+    bridge = modules.get("jax._src.xla_bridge")
+    if "tpu" in (getattr(bridge, "_backends", None) or {}):
+        return "JAX"
+    xlac = getattr(modules.get("torch_xla"), "_XLAC", None)
+    started = getattr(xlac, "_xla_runtime_is_initialized", None)
+    if started is not None and started() and os.environ.get("PJRT_DEVICE", "TPU") == "TPU":
+        return "torch_xla"
+    for link in _fd_targets(Path(fd_dir)):
+        if re.match(r"^/dev/(accel\d+|vfio/\d+)$", link) or "libtpu_lock" in link:
+            return "this process (a library already opened the TPU)"
+    return None
+
+
+def _fd_targets(fd_dir: Path) -> list[str]:
+    try:
+        entries = list(fd_dir.iterdir())
+    except OSError:  # no /proc (macOS), or not readable
+        return []
+    targets = []
+    for entry in entries:
+        try:
+            targets.append(os.readlink(entry))
+        except OSError:
+            continue
+    return targets
+
+
+def keras_distribution_problem(version: str) -> str | None:
+    """What goes wrong with this Keras under a multi-replica ``tf.distribute`` strategy, or None.
+
+    Before 3.8.0 ``fit`` summed unscaled per-replica gradients (keras-team/keras#20609); from
+    3.7.0 to 3.9.x metric and loss totals were summed across replicas until they overflowed to
+    NaN (keras-team/keras#21061, fixed by #21072 in 3.10.0). Taught in notebook 03.
+    """
+    parts = re.findall(r"\d+", version)[:2]
+    if len(parts) < 2 or int(parts[0]) != 3:
+        return None  # not Keras 3: the lessons' own checks speak for themselves
+    minor = int(parts[1])
+    if minor >= 10:
+        return None
+    if minor >= 7:
+        what = (
+            "losses and metrics become NaN under a multi-replica strategy (keras-team/keras#21061)"
+        )
+    else:
+        what = "fit does not scale the loss by the replica count (keras-team/keras#20609)"
+    return f"Keras {version}: {what}. Fix: pip install -U 'keras>=3.10', then restart."

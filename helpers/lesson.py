@@ -1,0 +1,108 @@
+"""What every lesson's setup cell runs after the helpers are installed: :func:`start`.
+
+The cell itself (written by ``tools/sync_notebooks.py``) only installs the helpers where they
+are missing and imports this module; everything else happens here, so the cell a reader sees is
+a few lines:
+
+1. the helpers found are this collection's, at the release the lessons are written for (a
+   branch install, the fallback when the release tag is not published, is said so);
+2. TensorFlow's log lines stay out of the cells (:mod:`helpers.quiet`);
+3. the TensorFlow here can drive the hardware here, or the cell stops with the fix
+   (:func:`helpers.runtime.ensure_tensorflow`); for Keras on JAX, the JAX backend is set up
+   instead (:func:`helpers.jax_port.configure`);
+4. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
+   simulation.
+
+Taught in notebook 01 (every lesson runs it).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+
+import helpers
+from helpers import jax_port, quiet, runtime
+
+__all__ = ["ForeignHelpers", "install_source", "start"]
+
+PROJECT = "tpu-field-guide"
+
+
+class ForeignHelpers(ImportError):
+    """``import helpers`` found another release of this collection; the message says what to do."""
+
+
+def install_source() -> str | None:
+    """Where pip installed the helpers from, e.g. ``"main @ 1a2b3c4"``; None for a checkout."""
+    try:
+        text = importlib.metadata.distribution(PROJECT).read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    info = json.loads(text or "{}")
+    vcs = info.get("vcs_info")
+    if not vcs:
+        return None  # an editable or local install: a clone of the repository
+    commit = vcs.get("commit_id", "")[:7]
+    return f"{vcs.get('requested_revision') or 'the default branch'} @ {commit}"
+
+
+def _check_release(release: str) -> str:
+    """The helpers' version, or :class:`ForeignHelpers` when it is not ``release``."""
+    version = getattr(helpers, "__version__", "")
+    if version != release.lstrip("v"):
+        raise ForeignHelpers(
+            f"These notebooks need the helpers of {PROJECT} {release}, but `import helpers` "
+            f"found version {version or 'unknown'} at {list(helpers.__path__)}. Run "
+            f"`%pip install -U git+https://github.com/tpu-field-guide/tpu-field-guide@{release}`"
+            " and restart the kernel."
+        )
+    source = install_source()
+    if source and not source.startswith(release):
+        return f"{version} (installed from {source}, not from the release tag {release})"
+    return version
+
+
+def _hardware(hints: list[str], simulated: int | None, jax: bool = False) -> str:
+    if hints:
+        return f"TPU hardware found ({', '.join(hints)})"
+    if simulated is None:
+        return "no TPU found"
+    if simulated == 1:
+        return "no TPU found: the lessons run on one CPU device (one replica, like a v5e-1)"
+    unit = "CPU devices" if jax else "CPU devices, a simulated TPU"
+    return f"no TPU found: the lessons run on {simulated} {unit}"
+
+
+def start(
+    release: str, simulated_replicas: int | None = 8, *, backend: str | None = "tensorflow"
+) -> None:
+    """Set up a lesson's process (see the module docstring) and print one line about it.
+
+    ``backend`` is ``"tensorflow"`` (the lessons), ``"jax"`` (Keras on JAX, notebook 12: no
+    TensorFlow in the process) or ``None`` (a lesson with neither). Returns nothing, so the
+    cell shows only the line.
+    """
+    version = _check_release(release)
+    hints = runtime.tpu_hints()
+    if backend == "tensorflow":
+        quiet.quiet_tensorflow()  # before TensorFlow's first import
+        runtime.ensure_tensorflow()  # stops here, with the fix, if TF can't drive the TPU
+        dist = runtime.tensorflow_distribution()
+        stack = f"{dist[0]} {dist[1]}, Keras {_installed('keras')}" if dist else "no TensorFlow"
+    elif backend == "jax":
+        jax_port.configure(simulated_replicas or 1)
+        stack = f"Keras {_installed('keras')} on JAX {_installed('jax')}"
+    elif backend is None:
+        stack = "no TensorFlow or JAX needed"
+    else:
+        raise ValueError(f"backend is 'tensorflow', 'jax' or None, not {backend!r}")
+    simulated = simulated_replicas if backend else None
+    print(f"helpers {version}; {stack}; {_hardware(hints, simulated, backend == 'jax')}.")
+
+
+def _installed(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,65 @@
+"""helpers.lesson: what every setup cell runs once the helpers are installed."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+
+import pytest
+
+from helpers import lesson
+
+
+class _Dist:
+    def __init__(self, direct_url):
+        self.text = None if direct_url is None else json.dumps(direct_url)
+
+    def read_text(self, name):
+        return self.text
+
+
+@pytest.mark.parametrize(
+    "direct_url, source",
+    [
+        (None, None),  # no record: not installed by pip from a URL
+        ({"url": "file:///work/main", "dir_info": {"editable": True}}, None),  # a clone
+        (
+            {
+                "url": "https://x",
+                "vcs_info": {
+                    "vcs": "git",
+                    "requested_revision": "main",
+                    "commit_id": "1a2b3c4d5e6f",
+                },
+            },
+            "main @ 1a2b3c4",
+        ),
+    ],
+)
+def test_where_the_helpers_came_from(monkeypatch, direct_url, source):
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: _Dist(direct_url))
+    assert lesson.install_source() == source
+
+
+def test_a_branch_install_is_said_and_another_release_refused(monkeypatch):
+    version = lesson.helpers.__version__
+    monkeypatch.setattr(lesson, "install_source", lambda: "main @ 1a2b3c4")
+    assert "installed from main @ 1a2b3c4, not from the release tag v" in lesson._check_release(
+        f"v{version}"
+    )
+    monkeypatch.setattr(lesson, "install_source", lambda: f"v{version} @ 1a2b3c4")
+    assert lesson._check_release(f"v{version}") == version
+    with pytest.raises(lesson.ForeignHelpers, match=f"found version {version}"):
+        lesson._check_release("v9.9.9")
+
+
+def test_the_one_line_names_the_hardware_or_its_simulation():
+    assert lesson._hardware(["ISTPUVM=1"], 8).startswith("TPU hardware found (ISTPUVM=1)")
+    assert "8 CPU devices, a simulated TPU" in lesson._hardware([], 8)
+    assert "one CPU device (one replica, like a v5e-1)" in lesson._hardware([], 1)
+    assert lesson._hardware([], None) == "no TPU found"
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="backend"):
+        lesson.start(f"v{lesson.helpers.__version__}", backend="torch")
