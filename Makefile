@@ -17,27 +17,28 @@
 # .venv-colab); tools/find_python.py finds its interpreter or says how to install it.
 
 STACK ?= main
-ifeq ($(STACK),colab)
-  REPLICAS ?= 1
-endif
 ifeq ($(STACK),main)
-  STACK_PYTHON :=
   REQUIREMENTS ?= requirements.txt
   VENV ?= .venv
 else ifeq ($(STACK),kaggle)
-  STACK_PYTHON := 3.12
   REQUIREMENTS ?= requirements-kaggle.txt
 else ifeq ($(STACK),colab)
-  STACK_PYTHON := 3.13
   REQUIREMENTS ?= requirements-colab.txt
 else
   $(error Unknown STACK=$(STACK); use main, kaggle or colab)
 endif
+# Each stack's Python and replica count are declared once, in its requirements file's header.
+STACK_PYTHON := $(shell sed -n 's/^\# python: \([0-9.]*\)$$/\1/p' $(REQUIREMENTS))
+STACK_REPLICAS := $(shell sed -n 's/^\# replicas: //p' $(REQUIREMENTS))
+ifneq ($(STACK_REPLICAS),8)
+  REPLICAS ?= $(STACK_REPLICAS)
+endif
 VENV ?= .venv-$(STACK)
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
+BOOK_READY := $(VENV)/.ready-requirements-book.txt
 NB ?=
-.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean
+.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean book book-check
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Each environment and mode has its own folder (build/full,
@@ -68,14 +69,19 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
 # The unit tests, then the tests marked slow (end-to-end runs of a tool, or what a notebook also
 # runs), which run once per CI run: on the main stack. Two runs, so each reports its own time.
-test: $(READY) lint
+# On the main stack, make test also builds the book from the smoke run and checks it and
+# JupyterLab in a browser (tests marked browser), and runs the slow end-to-end tests.
+MAIN_ONLY = $(filter main,$(STACK))
+test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
 	$(SMOKE_RUN) --cell-timeout 900 || true
-	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests -m "not slow"
-	$(if $(filter main,$(STACK)),$(PYTEST) tests -m slow)
+	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests -m "not slow and not browser"
+	$(if $(MAIN_ONLY),$(PYTEST) tests -m slow)
+	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \
+		$(BIN)/python -m pytest -p no:cacheprovider tests -m browser)
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
 test-unit: $(READY)
-	$(PYTEST) tests -m "not slow"
+	$(PYTEST) tests -m "not slow and not browser"
 
 test-slow: $(READY)
 	$(PYTEST) tests -m slow
@@ -102,8 +108,22 @@ bench: $(READY)
 bench-quick: $(READY)
 	$(BIN)/python tools/benchmark.py --quick
 
+# Jupyter refuses to run as root (Docker images, many cloud VMs) unless told it may.
+LAB_DIR ?= notebooks
+# The book: every lesson as a run executed it, as a static site in build/book/html (build/book-smoke
+# with SMOKE=1, from the quick run). It executes nothing: `make run` (or smoke) skips what is cached.
+$(BOOK_READY): requirements-book.txt $(READY)
+	$(UV_PIP) -r requirements-book.txt
+	touch $@
+
+book: $(BOOK_READY) $(if $(SMOKE),smoke,run)
+	$(BIN)/python tools/book/build.py $(if $(SMOKE),--smoke)
+
+book-check: book
+	$(BIN)/python tools/book/check.py $(if $(SMOKE),--smoke)
+
 lab: $(READY)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab $(LAB_DIR) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 check-routes: $(READY)
 	$(BIN)/python tools/check_routes.py

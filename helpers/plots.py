@@ -41,12 +41,29 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
     return fig
 
 
+def number(value: float) -> str:
+    """A measurement as the lessons' printed tables write it: ``3,289``, ``12.5``, ``0.304``."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
 def plot_bars(
-    values: Mapping[str, float], ylabel: str, title: str = "", baseline: str | None = None
+    values: Mapping[str, float],
+    ylabel: str,
+    title: str = "",
+    baseline: str | None = None,
+    *,
+    reference: tuple[float, str] | None = None,
 ):
-    """A bar chart of named measurements, each bar labelled with its value (notebooks 04, 06).
+    """A bar chart of named measurements, each bar labelled with its value (notebooks 03 to 06).
 
     With ``baseline`` set, each label also shows the ratio to that bar, e.g. ``"3.2x"``.
+    ``reference`` draws a dashed line at a value, e.g. what a device consumes, named in the
+    legend. Labels use the number format of the printed tables (:func:`number`), and a label the
+    line would cross moves inside its bar, or above the line when the bar is too short.
     """
     import matplotlib.pyplot as plt
 
@@ -55,17 +72,43 @@ def plot_bars(
     names, heights = list(values), [float(v) for v in values.values()]
     fig, ax = plt.subplots(figsize=(max(4.5, 1.4 * len(names)), 3.4))
     bars = ax.bar(names, heights, color="#4285f4")
+    top = max(heights + ([reference[0]] if reference else []))
+    ax.set_ylim(0, top * 1.3)
+    if reference is not None:
+        ax.axhline(reference[0], color="#ea4335", linestyle="--", label=reference[1])
+        ax.legend(loc="upper left")
     base = values[baseline] if baseline is not None else None
+    labels = []
     for bar, height in zip(bars, heights, strict=True):
-        label = f"{height:.3g}" + (f"\n{height / base:.2f}x" if base else "")
-        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, height), ha="center", va="bottom")
+        text = number(height) + (f"\n{height / base:.2f}x" if base else "")
+        x = bar.get_x() + bar.get_width() / 2
+        labels.append(ax.annotate(text, (x, height), ha="center", va="bottom"))
     ax.set_ylabel(ylabel)
-    ax.set_ylim(0, max(heights) * 1.25)
     if title:
         ax.set_title(title)
     ax.tick_params(axis="x", rotation=20)
     fig.tight_layout()
+    if reference is not None:
+        _keep_labels_off_the_line(fig, ax, labels, heights, reference[0])
     return fig
+
+
+def _keep_labels_off_the_line(fig, ax, labels, heights, line: float) -> None:
+    fig.canvas.draw()
+    to_data = ax.transData.inverted()
+    for label, height in zip(labels, heights, strict=True):
+        box = label.get_window_extent()
+        (_, low), (_, high) = to_data.transform([(box.x0, box.y0), (box.x1, box.y1)])
+        if not low <= line <= high:
+            continue
+        size = high - low
+        if height - 1.15 * size > 0:  # room inside the bar, below the line
+            label.xy = (label.xy[0], min(height, line) - 0.05 * size)
+            label.set(va="top", color="white")
+        else:
+            label.xy = (label.xy[0], line + 0.1 * size)
+        if label.xy[1] + size > ax.get_ylim()[1]:
+            ax.set_ylim(0, label.xy[1] + 1.2 * size)
 
 
 def plot_step_shares(shares: Mapping[str, Mapping[str, float]], title: str = ""):

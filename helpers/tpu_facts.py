@@ -1,8 +1,10 @@
-"""TPU hardware facts, in one place: the tiles a TPU core computes in and the batch that fills
-its matrix unit (Cloud TPU performance guide), which ``fitting.plan_batch`` (notebook 03) and
-the readiness checks (notebook 10) measure against, and each generation's published peak,
-memory and devices per chip, which the self-test (notebook 00) and the slices of
-``helpers.topology`` (notebook 07) use."""
+"""TPU hardware facts as Google publishes them, in one place (notebooks 00, 03, 07, 10).
+
+The tiles a TPU core computes in and the batch that fills its matrix unit (Cloud TPU performance
+guide), which ``fitting.plan_batch`` and the readiness checks measure against; each generation's
+published peak, memory and devices per chip, which the self-test and the slices of
+``helpers.topology`` use.
+"""
 
 from __future__ import annotations
 

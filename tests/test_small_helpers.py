@@ -177,3 +177,30 @@ def test_expect_error_shortens_long_messages(capsys):
         raise RuntimeError("\n".join(f"line {i}" for i in range(20)))
     out = capsys.readouterr().out
     assert "line 6" in out and "line 7" not in out and "(13 more lines)" in out
+
+
+def test_bar_labels_use_the_tables_number_format_and_no_line_crosses_them():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers import plots
+
+    assert [plots.number(v) for v in (10672.4, 218.4, 12.51, 0.3041)] == [
+        "10,672",
+        "218",
+        "12.5",
+        "0.304",
+    ]
+    values = {"naive": 3289.0, "cache": 6591.0, "vectorised": 10672.0, "close": 12500.0}
+    line = 12800.0
+    fig = plots.plot_bars(values, "examples/s", baseline="naive", reference=(line, "demand"))
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    to_data = ax.transData.inverted()
+    labels = [t for t in ax.texts]
+    assert [t.get_text().split("\n")[0] for t in labels] == ["3,289", "6,591", "10,672", "12,500"]
+    for label in labels:
+        box = label.get_window_extent()
+        (_, low), (_, high) = to_data.transform([(box.x0, box.y0), (box.x1, box.y1)])
+        assert not low <= line <= high, label.get_text()
+        assert high <= ax.get_ylim()[1]

@@ -31,9 +31,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # helpers, without an install
 
 import manifest  # noqa: E402
+from bench.machine import hardware  # noqa: E402
 from notebook_files import notebook_paths  # noqa: E402
 from runner import execute, summary  # noqa: E402
-from runner.cache import Cache, cache_key  # noqa: E402
+from runner.cache import Cache, cache_key, stack  # noqa: E402
 from runner.folders import run_folder  # noqa: E402
 
 
@@ -123,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     replicas = "" if args.replicas is None else f", SIMULATED_REPLICAS={args.replicas}"
     header = f"Headless run ({args.mode} mode{replicas}), {time.strftime('%Y-%m-%d %H:%M')}"
     began = time.perf_counter()
+    machine = hardware()
+    about = {
+        "stack": stack(),
+        "machine": f"{machine['cpu']}, {machine['usable_cores']} cores, {machine['memory_gib']} GiB",
+    }
     paths = args.paths
     done: dict[str, dict] = {}  # notebook name -> row
 
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             + (f"; unexpected stderr in {len(stderr)} output(s)" if stderr else ""),
             flush=True,
         )
-        summary.save(args.out, in_order(), header)
+        summary.save(args.out, in_order(), header, about=about)
 
     try:
         _execute(jobs, args, finished, cache)
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"notebook": path.name, "status": "interrupted", "seconds": 0.0, "error": ""},
             )
     rows = in_order()
-    table = summary.save(args.out, rows, header, wall=time.perf_counter() - began)
+    table = summary.save(args.out, rows, header, wall=time.perf_counter() - began, about=about)
     print("\n" + table)
     print(f"\nExecuted notebooks: {args.out / 'executed'}; summary: {args.out / 'summary.md'}")
     return 0 if all(row["status"] in ("passed", "cached") for row in rows) else 1

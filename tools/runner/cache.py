@@ -17,7 +17,7 @@ from notebook_files import ROOT
 
 from helpers.processes import tensorflow_version
 
-__all__ = ["Cache", "cache_key"]
+__all__ = ["Cache", "cache_key", "stack"]
 
 FILE = "cache.json"
 
@@ -29,17 +29,22 @@ def _version(name: str) -> str:
         return ""
 
 
+def stack() -> dict[str, str]:
+    """The versions a notebook's result depends on besides its own code."""
+    return {
+        "python": platform.python_version(),
+        "tensorflow": tensorflow_version(),
+        "keras": _version("keras"),
+        "jax": _version("jax"),
+    }
+
+
 def cache_key(path: Path, parameters: dict) -> str:
     """A digest of the notebook, the helpers, its parameters and the stack it runs on."""
     digest = hashlib.sha256(path.read_bytes())
     for helper in sorted((ROOT / "helpers").rglob("*.py")):
         digest.update(str(helper.relative_to(ROOT)).encode() + helper.read_bytes())
-    stack = {
-        "python": platform.python_version(),
-        "tensorflow": tensorflow_version(),
-        "jax": _version("jax"),
-    }
-    digest.update(json.dumps([parameters, stack], sort_keys=True).encode())
+    digest.update(json.dumps([parameters, stack()], sort_keys=True).encode())
     return digest.hexdigest()
 
 

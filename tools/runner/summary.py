@@ -148,10 +148,13 @@ def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> 
     return "\n".join(lines)
 
 
-def save(out: Path, rows: list[dict], header: str, wall: float | None = None) -> str:
-    """Write ``summary.json`` (the rows, with the run's header) and ``summary.md``; return the table."""
+def save(
+    out: Path, rows: list[dict], header: str, wall: float | None = None, about: dict | None = None
+) -> str:
+    """Write ``summary.json`` (the rows, the run's header and ``about``: its stack and machine)
+    and ``summary.md``; return the table."""
     table = markdown_table(rows, header, wall)
-    record = {"header": header, "wall_seconds": wall, "rows": rows}
+    record = {"header": header, "wall_seconds": wall, **(about or {}), "rows": rows}
     (out / "summary.json").write_text(json.dumps(record, indent=2))
     (out / "summary.md").write_text(table + "\n")
     return table

@@ -1,0 +1,141 @@
+"""Build the book from one headless run: ``python tools/book/build.py [--smoke] [--out DIR]``.
+
+It executes nothing. It copies ``book/`` (conf.py, the prose pages, _static) and the executed
+notebooks of the run (``make run``'s folder, or ``make smoke``'s with ``--smoke``: see
+``runner.folders``) into OUT/src, writes the generated pieces (``book.pages``) into
+OUT/src/_generated, and runs Sphinx with ``-W --keep-going``, so any warning (a broken link between
+lessons, a missing page, math that would need MathJax from a CDN) fails the build. Files are
+rewritten only when their content changes, so a build with nothing changed takes about a second
+or two. The site is OUT/html.
+
+In the copies, not in the stored notebooks, consecutive outputs of one stream are joined (a ``fit``
+log is one block, and stdout and stderr keep their order), and two generated cells change:
+- the badge cell (id "badges") loses its remote badge images: its Colab, Kaggle and GitHub links
+  become plain local buttons, so a page loads nothing from another host;
+- the navigation cell (id "navigation") is hidden: the theme links the previous and next pages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository, for helpers
+
+from notebook_files import ROOT, notebook_paths  # noqa: E402
+from runner.folders import run_folder  # noqa: E402
+
+from book.pages import generated_pages  # noqa: E402
+
+__all__ = ["assemble", "book_notebook", "join_streams", "main"]
+
+BADGE = re.compile(r"\[!\[([^\]]+)\]\([^)]*\)\]\(([^)]+)\)")  # [![label](image)](target)
+
+
+def _write_if_changed(path: Path, content: str | bytes) -> Path:
+    data = content.encode() if isinstance(content, str) else content
+    if not path.exists() or path.read_bytes() != data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return path
+
+
+def _text(value: str | list[str]) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
+def join_streams(outputs: list[dict]) -> list[dict]:
+    """Join consecutive outputs of the same stream, in order, as Jupyter shows them.
+
+    (MyST-NB's own nb_merge_streams would put all of a cell's stdout before all of its stderr.)
+    """
+    joined: list[dict] = []
+    for out in outputs:
+        last = joined[-1] if joined else None
+        same = last and last["output_type"] == "stream" and last["name"] == out.get("name")
+        if out["output_type"] == "stream" and same:
+            last["text"] = _text(last["text"]) + _text(out["text"])
+        else:
+            joined.append(out)
+    return joined
+
+
+def book_notebook(nb: dict) -> dict:
+    """The book's copy of an executed notebook (see the module docstring)."""
+    for cell in nb["cells"]:
+        if cell.get("outputs"):
+            cell["outputs"] = join_streams(cell["outputs"])
+        if cell.get("id") == "badges":
+            links = BADGE.findall(_text(cell["source"]))
+            buttons = "".join(f'<a href="{url}">{label}</a>' for label, url in links)
+            cell["source"] = f'<div class="launch-buttons">{buttons}</div>\n'
+        elif cell.get("id") == "navigation":
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if "remove-cell" not in tags:
+                tags.append("remove-cell")
+    return nb
+
+
+def assemble(run: Path, src: Path) -> tuple[int, bool]:
+    """Fill ``src`` with the book's sources; remove what an earlier build left and this one did
+    not. Returns the number of lessons and whether anything was removed (then the site is
+    rebuilt from scratch, so no page of a removed source stays in it)."""
+    executed = run / "executed"
+    names = [p.name for p in notebook_paths()]
+    missing = [n for n in names if not (executed / n).exists()]
+    if missing:
+        raise SystemExit(
+            f"{executed} lacks {', '.join(missing)}: the book shows every lesson. Run "
+            "`make run` (or `make smoke` for `make book SMOKE=1`) first."
+        )
+    written: set[Path] = set()
+    for name in names:
+        nb = book_notebook(json.loads((executed / name).read_text(encoding="utf-8")))
+        text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+        written.add(_write_if_changed(src / name, text))
+    for path in (ROOT / "book").rglob("*"):
+        if path.is_file():
+            written.add(_write_if_changed(src / path.relative_to(ROOT / "book"), path.read_bytes()))
+    for name, text in generated_pages(run, names).items():
+        written.add(_write_if_changed(src / "_generated" / name, text))
+    stale = [p for p in src.rglob("*") if p.is_file() and p not in written]
+    for path in stale:
+        path.unlink()
+    return len(names), bool(stale)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="from the smoke run, not the full")
+    parser.add_argument("--run", type=Path, help="the run's folder (default: from --smoke)")
+    parser.add_argument("--out", type=Path, help="default: build/book, or build/book-smoke")
+    args = parser.parse_args(argv)
+    mode = "smoke" if args.smoke else "full"
+    run = (args.run or run_folder(mode)).resolve()
+    out = (args.out or ROOT / "build" / ("book-smoke" if args.smoke else "book")).resolve()
+    if not (run / "summary.json").exists():
+        raise SystemExit(f"{run} holds no run: `make {'smoke' if args.smoke else 'run'}` first")
+    src, html = out / "src", out / "html"
+    count, removed = assemble(run, src)
+    if removed:
+        shutil.rmtree(html, ignore_errors=True)
+        shutil.rmtree(out / "doctrees", ignore_errors=True)
+    # The doctrees and the site sit beside src, never inside it (MyST-NB writes next to them).
+    sphinx = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q"]
+    if subprocess.run([*sphinx, "-d", str(out / "doctrees"), str(src), str(html)]).returncode:
+        return 1
+    # Source maps of the theme's scripts (3.5 MB) serve only a browser's developer tools.
+    for path in (html / "_static").rglob("*.map"):
+        path.unlink()
+    print(f"book: {count} lessons from {run} -> {html / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

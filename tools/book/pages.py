@@ -1,0 +1,168 @@
+"""The book's pieces made from data, never typed: each is a Markdown file a page includes.
+
+- ``lesson_map.md``: the lessons, from notebooks/manifest.toml and the badge links;
+- ``routes.md``, ``route_facts.md``, ``failures.md``: from helpers.routes and helpers.failures;
+- ``stacks.md``: the Python and TensorFlow pairs CI runs, from the requirements files;
+- ``run.md``: the run the book was built from (its summary.json): every lesson's status, time,
+  headline and the numbers it recorded;
+- ``benchmark.md`` and ``ci.md``: the benchmark's report and CI's timings, when the machine that
+  builds the book has them (build/benchmark.md, build/ci-timings.json), else a sentence saying
+  how to make them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import manifest
+import sync_notebooks
+from notebook_files import ROOT, settings
+
+from helpers import failures, routes
+
+__all__ = ["generated_pages", "stacks"]
+
+STACK_FILES = {
+    "main": "requirements.txt",
+    "kaggle": "requirements-kaggle.txt",
+    "colab": "requirements-colab.txt",
+}
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return re.split(r"(?<=[.:])\s", text, maxsplit=1)[0].rstrip(":.") + "."
+
+
+def lesson_map(names: list[str]) -> str:
+    cfg, entries = settings(), manifest.load()
+    rows = ["| lesson | what you will learn | open |", "|---|---|---|"]
+    for name in names:
+        entry = manifest.entry_for(entries, name)
+        promise = sync_notebooks._fill(entry["promise"], cfg)
+        links = sync_notebooks.urls(name, cfg)
+        title = f"[{name[:2]} · {entry['title']}]({name})"
+        opens = f"[Colab]({links['colab']}) · [Kaggle]({links['kaggle']})"
+        rows.append(f"| {title} | {_first_sentence(promise)} | {opens} |")
+    return "\n".join(rows) + "\n"
+
+
+def route_facts() -> str:
+    rows = ["| claim | source | verified on hardware |", "|---|---|---|"]
+    facts = [f for p in routes.PLATFORMS.values() for f in p.facts]
+    facts += [f for r in routes.RELEASES for f in r.facts]
+    for fact in facts:
+        rows.append(
+            f"| {fact.text} | {fact.source} | {'yes' if fact.verified_on_hardware else 'no'} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins, notes = {}, {}
+    for line in path.read_text().splitlines():
+        if match := re.match(r"^# (python|replicas|stands in for): (.+)$", line):
+            notes[match.group(1)] = match.group(2).strip()
+        elif match := re.match(r"^([A-Za-z][\w.-]*)==([\w.]+)", line):
+            pins[match.group(1).lower()] = match.group(2)
+    return {**pins, **{f"#{k}": v for k, v in notes.items()}}
+
+
+def stacks() -> dict[str, dict[str, str]]:
+    """Each CI stack's pins and declared facts (``# python:``, ``# stands in for:`` lines)."""
+    return {name: _pins(ROOT / file) for name, file in STACK_FILES.items()}
+
+
+def stacks_table() -> str:
+    rows = [
+        "| stack | file | Python | TensorFlow | Keras | JAX | replicas | stands in for |",
+        "|---|---|---|---|---|---|---:|---|",
+    ]
+    for name, pins in stacks().items():
+        tensorflow = next(
+            (f"{d} {pins[d]}" for d in ("tensorflow", "tensorflow-cpu") if d in pins), "?"
+        )
+        rows.append(
+            f"| `{name}` | `{STACK_FILES[name]}` | {pins.get('#python', 'the machine’s python3')} "
+            f"| {tensorflow} | {pins.get('keras', '?')} | {pins.get('jax', '?')} "
+            f"| {pins.get('#replicas', '8')} | {pins.get('#stands in for', '')} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _number(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def run_page(run: Path) -> str:
+    record = json.loads((run / "summary.json").read_text())
+    lines = [f"{record['header']}.", ""]
+    if record.get("stack"):
+        stack = ", ".join(f"{k} {v}" for k, v in record["stack"].items() if v)
+        lines += [f"Stack: {stack}.", ""]
+    if record.get("machine"):
+        lines += [f"Machine: {record['machine']}.", ""]
+    lines += ["| lesson | status | seconds | result |", "|---|---|---:|---|"]
+    for row in record["rows"]:
+        result = row.get("error") or row.get("headline", "")
+        lines.append(
+            f"| [{row['notebook'][:2]}]({row['notebook']}) | {row['status']} "
+            f"| {row['seconds']} | {result} |"
+        )
+    lines += ["", "Every number the lessons recorded (``helpers.results.record``) in this run:", ""]
+    lines += ["| lesson | measurement | value |", "|---|---|---:|"]
+    for row in record["rows"]:
+        for key, value in row.get("results", {}).items():
+            if not key.startswith("_"):
+                lines.append(f"| {row['notebook'][:2]} | `{key}` | {_number(value)} |")
+    return "\n".join(lines) + "\n"
+
+
+def benchmark_page(build: Path) -> str:
+    report = build / "benchmark.md"
+    if report.exists():
+        return report.read_text()
+    return (
+        "No benchmark report on the machine that built this book: `make bench` writes one "
+        "(`build/benchmark.md`), and the next `make book` shows it here.\n"
+    )
+
+
+def ci_page(build: Path) -> str:
+    timings = build / "ci-timings.json"
+    if not timings.exists():
+        return (
+            "No CI timings on the machine that built this book: `.ci/run` writes them "
+            "(`build/ci-timings.json`).\n"
+        )
+    data = json.loads(timings.read_text())
+    lines = [
+        f"`.ci/run` at commit `{data['commit']}`, {data['date']}, on {data['machine']}: "
+        f"**{data['total_seconds']:,} s** in all.",
+        "",
+        "| part | seconds |",
+        "|---|---:|",
+    ]
+    lines += [f"| {part} | {seconds:,} |" for part, seconds in data["parts"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def generated_pages(run: Path, names: list[str]) -> dict[str, str]:
+    """Every generated piece, by file name, for a book of ``names`` built from ``run``."""
+    build = ROOT / "build"
+    return {
+        "lesson_map.md": lesson_map(names),
+        "routes.md": routes.markdown_table() + "\n",
+        "route_facts.md": route_facts(),
+        "failures.md": failures.markdown_table() + "\n",
+        "stacks.md": stacks_table(),
+        "run.md": run_page(run),
+        "benchmark.md": benchmark_page(build),
+        "ci.md": ci_page(build),
+    }
