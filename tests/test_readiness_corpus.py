@@ -731,11 +731,13 @@ def outcome(case: Case, strategy=None) -> dict:
         kwargs["replicas"] = REPLICAS
     report = readiness.check(**kwargs)
     problems = [(f.code, f.severity, f.where) for f in report.problems]
+    errors = {f.code: f.why for f in report.problems if f.severity == "error"}
     if case.code is None:
         ok = not problems
     else:
         ok = any(code == case.code and case.where in where for code, _, where in problems)
-    return {"ok": ok, "problems": problems, "seconds": round(time.perf_counter() - start, 2)}
+    seconds = round(time.perf_counter() - start, 2)
+    return {"ok": ok, "problems": problems, "errors": errors, "seconds": seconds}
 
 
 EIGHT_REPLICAS = f"""
@@ -766,6 +768,17 @@ def test_case(case, results):
         assert result["ok"], f"false alarm: {result['problems']}"
     else:
         assert result["ok"], f"missed {case.code} at {case.where!r}; found {result['problems']}"
+
+
+# What an error's text must cite: TensorFlow's source, docs or issues, or Google's TPU guides.
+SOURCES = ("tensorflow/", "tensorflow's", "guide", "tutorial", "#")
+
+
+def test_every_error_cites_a_source_that_it_fails_on_a_tpu(results):
+    errors = {code: why for r in results.values() for code, why in r["errors"].items()}
+    assert {"model-outside-scope", "xla-unsupported-op", "host-dtype"} <= set(errors)
+    for code, why in errors.items():
+        assert any(source in why.lower() for source in SOURCES), (code, why)
 
 
 def test_corpus_figures(results, capsys):

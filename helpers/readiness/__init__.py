@@ -104,7 +104,10 @@ The modules: ``report`` (what a check returns: public); private, called only thr
 :func:`check`: ``_inputs`` (dataset), ``_pipeline`` (its functions), ``_model``, ``_step``
 (tracing), ``_side_effects``, ``_seeds`` and ``_xla`` (what the traced step does);
 ``helpers.tpu_facts`` holds the numbers behind them. ``tests/test_readiness_corpus.py`` measures
-recall and false alarms on a corpus of planted problems and clean models (figures in the README).
+recall and false alarms on a corpus of planted problems and clean models (figures in the README),
+and on training setups reproduced from public TPU examples (TensorFlow's TPU guide and tutorials,
+keras-io), against expectations written from their code and Google's documentation, each with
+its source (``tests/data/readiness_public_expected.toml``).
 """
 
 from __future__ import annotations

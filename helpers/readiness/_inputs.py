@@ -97,7 +97,8 @@ def check_dataset(dataset, spec, replicas: int, report: Report, per_replica: boo
                 "the dataset yields types a TPU cannot hold",
                 f"dataset, {', '.join(host)}",
                 "A TPU has no string (or variant, complex128) type: every tensor that reaches the "
-                "step must be numeric. The step fails to compile for the TPU.",
+                "step must be numeric. The step fails to compile for the TPU (TensorFlow's input "
+                "tutorial: string ops do not execute on TPUs).",
                 "Turn it into numbers in the pipeline (e.g. a keras.layers.StringLookup in "
                 "dataset.map), or drop it from the element before it reaches the step.",
             )
@@ -158,6 +159,7 @@ def _add_nondense(report: Report, kind: str, path: str, leaf) -> None:
             f"a {kind} tensor in the dataset element",
             f"dataset, {path} ({leaf})",
             f"TPUStrategy.experimental_distribute_dataset raises ValueError for {kind} tensors "
+            "(tensorflow/python/distribute/tpu_strategy.py, _check_spec) "
             "unless they stay on the host (InputOptions(experimental_fetch_to_device=False)), "
             "and the step itself needs dense tensors of fixed shape to compile.",
             f"Make it dense with a fixed size in the pipeline: dataset.map with {to_dense}, or "

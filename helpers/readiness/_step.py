@@ -269,7 +269,8 @@ def _add_trace_error(report: Report, where: str, err: Exception) -> None:
         what = "the step calls .numpy() on a tensor"
         why = (
             ".numpy() copies a value from the device to Python. A compiled TPU step has no "
-            "Python values inside it, so it cannot even be traced."
+            "Python values inside it, so it cannot even be traced; TPUStrategy.run refuses a "
+            "step that is not traced (tensorflow/tensorflow#41074)."
         )
         fix = (
             "Keep the value a tensor inside the step (return it, or add it to a Keras metric) "
@@ -277,7 +278,10 @@ def _add_trace_error(report: Report, where: str, err: Exception) -> None:
         )
     else:
         what = f"the step cannot be traced into a graph ({type(err).__name__})"
-        why = f"A TPU runs only a traced, compiled step. Tracing failed with {detail}"
+        why = (
+            "A TPU runs only a traced, compiled step (TPUStrategy.run refuses pure eager "
+            f"execution, tensorflow/tensorflow#41074). Tracing failed with {detail}"
+        )
         fix = (
             "Make the step work under @tf.function first: tensor ops only, no Python "
             "conversions of tensor values (float(), bool(), .numpy())."

@@ -355,7 +355,8 @@ def _add_compile_error(
             explained.add(node.group(2))
         why = (
             "XLA needs every shape when it compiles; here a size depends on data, so the TPU "
-            f"step cannot be compiled. XLA says: {first}"
+            "step cannot be compiled (Cloud TPU performance guide: models for Cloud TPU are "
+            f"compiled by XLA). XLA says: {first}"
         )
         fix = (
             "Use sizes known when tracing (Python ints, static shapes) and pad to a fixed "
@@ -363,7 +364,10 @@ def _add_compile_error(
         )
     else:
         what = "XLA cannot compile the step"
-        why = f"A TPU step must compile with XLA. XLA says: {first}"
+        why = (
+            "A TPU step must compile with XLA (Cloud TPU performance guide: models for Cloud TPU "
+            f"are compiled by XLA). XLA says: {first}"
+        )
         fix = "Read XLA's message; compile the step with tf.function(jit_compile=True) to iterate."
     report.findings.append(Finding("xla-compile-failed", "error", what, where, why, fix))
     return explained
