@@ -69,6 +69,22 @@ class BatchPlan:
             f"rows and throws {self.wasted_fraction:.0%} of its work away"
         )
 
+    @property
+    def tiled(self) -> BatchPlan:
+        """The same plan with the per-replica batch rounded up to whole tiles of 8 rows."""
+        return BatchPlan(self.padded_per_replica, self.replicas)
+
+    @staticmethod
+    def replica_shares(global_batch: int, replicas: int) -> list[int]:
+        """How ``tf.distribute`` splits a global batch over the replicas, replica by replica.
+
+        Every replica but the last ones gets ``ceil(global_batch / replicas)`` examples, the rest
+        go to the next one and the others get none (checked against a real split in the tests):
+        100 over 8 replicas is 13 x 7 and 9, 1 over 8 is 1 and 0 x 7.
+        """
+        share = -(-global_batch // replicas)
+        return [min(share, max(0, global_batch - i * share)) for i in range(replicas)]
+
     def __str__(self) -> str:
         return (
             f"{self.per_replica} per replica x {self.replicas} "

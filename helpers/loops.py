@@ -298,6 +298,7 @@ def check_replica_equivalence(
     steps: int = 3,
     make_optimizer: Callable | None = None,
     make_steps: Callable = make_train_steps,
+    make_step: Callable | None = None,
     reference=None,
     rtol: float = 1e-3,
 ) -> Equivalence:
@@ -310,6 +311,12 @@ def check_replica_equivalence(
     scope; ``make_steps(strategy, model, optimizer, global_batch_size)`` builds the training
     function under test (default :func:`make_train_steps`). ``reference`` defaults to
     :func:`reference_strategy`.
+
+    ``make_step(model, optimizer)``, instead of ``make_steps``, returns a per-replica step as
+    the official examples write it: ``step(inputs)``, which unpacks ``images, labels = inputs``
+    and is called as ``strategy.run(step, args=(batch,))``, or ``step(images, labels)``. It may
+    return its loss or nothing (the losses are then NaN); the steps run as
+    :func:`make_train_steps` runs its own. The readiness check (notebook 10) points here.
 
     A correct step function makes the replica count invisible: the weights agree up to float
     rounding. Returns an :class:`Equivalence`; call ``.check()`` on it to raise on a mismatch.
@@ -336,6 +343,25 @@ def check_replica_equivalence(
             f"{steps} steps of {global_batch_size} examples need {needed} rows; got {len(x)}"
         )
     x, y = np.asarray(x[:needed]), np.asarray(y[:needed])
+
+    if make_step is not None:
+        import inspect
+
+        import tensorflow as tf
+
+        def make_steps(strategy_, model, optimizer, batch):
+            step = make_step(model, optimizer)
+            try:  # step(images, labels), or step(inputs) as the official examples write it
+                inspect.signature(step).bind(None, None)
+                unpack = True
+            except (TypeError, ValueError):
+                unpack = False
+
+            def replica_step(images, labels):
+                loss = step(images, labels) if unpack else step((images, labels))
+                return tf.constant(float("nan")) if loss is None else loss
+
+            return _many_steps(strategy_, replica_step)
 
     args = (make_model, make_optimizer, make_steps, x, y, global_batch_size, steps)
     start, multi, multi_loss, names = _train(strategy, *args, weights=None)

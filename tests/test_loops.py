@@ -62,6 +62,24 @@ def unscaled_regularisation(strategy_, model_, optimizer, batch):
 
 report("unscaled_regularisation", make_steps=unscaled_regularisation)
 
+# A step as TensorFlow's TPU guide writes it: step_fn(inputs) unpacks the batch, returns nothing.
+def official(average):
+    def make_step(model_, optimizer):
+        lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        def step_fn(inputs):
+            images, labels = inputs
+            with tf.GradientTape() as tape:
+                loss = average(lossf(labels, model_(images, training=True)))
+                if model_.losses:
+                    loss += tf.nn.scale_regularization_loss(tf.add_n(model_.losses))
+            grads = tape.gradient(loss, model_.trainable_variables)
+            optimizer.apply_gradients(list(zip(grads, model_.trainable_variables)))
+        return step_fn
+    return make_step
+
+report("official_step", make_step=official(tf.nn.compute_average_loss))
+report("official_step_mean", make_step=official(tf.reduce_mean))
+
 def error(fn):
     try:
         fn()
@@ -157,6 +175,14 @@ def test_per_replica_mean_is_caught(seen):
     # Each replica divides by its own batch, 8 times smaller, so the summed data loss is 8 times
     # too large (the regularisation term and the diverging weights keep it from exactly 8x).
     assert r["losses"][0] > 4 * r["losses"][1]
+
+
+def test_step_written_as_the_official_examples_write_it_is_proven(seen):
+    # One argument unpacked inside, no loss returned (the losses are then NaN), as in the TPU guide.
+    right, wrong = seen["official_step"], seen["official_step_mean"]
+    assert right["ok"] and right["check"] is True and right["update"] > 0
+    assert all(loss != loss for loss in right["losses"])  # NaN: the step returns no loss
+    assert not wrong["ok"] and "compute_average_loss" in wrong["check"]
 
 
 def test_unscaled_regularisation_is_caught(seen):

@@ -15,7 +15,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from helpers import data, models, readiness  # noqa: E402
+import readiness_public_cases  # noqa: E402  (tests/, on the path as conftest is)
+
+from helpers import data, fitting, models, readiness  # noqa: E402
 
 N = 512  # examples: enough for a few batches, quick to build
 
@@ -108,14 +110,50 @@ def test_clean_custom_step_gives_no_false_alarm():
 
 def test_batch_without_drop_remainder_is_a_dynamic_batch(digits):
     x, y = digits
-    report = readiness.check(flat_dataset(x, y, 128, drop_remainder=False), replicas=8)
+    report = readiness.check(flat_dataset(x[:500], y[:500], 128, drop_remainder=False), replicas=8)
     (finding,) = report.find("dynamic-batch")
     assert finding.severity == "warning" and "drop_remainder=True" in finding.fix
     assert "element[0]" in finding.where and "element[1]" in finding.where
+    # The sentence is built from the pipeline: 500 elements, batches of 128, a last one of 116.
+    assert "batch of 116, not 128" in finding.what and "3 full" in finding.why
+    assert "repeat() before batch(128)" in finding.fix
     assert not report.clean
     # The same pipeline with drop_remainder has no such finding.
     fixed = readiness.check(flat_dataset(x, y, 128), replicas=8)
     assert "dynamic-batch" not in fixed.codes
+
+
+def test_none_batch_is_read_from_the_pipeline_and_checked():
+    # The TPU guide's pipeline: repeat() before batch(200), no drop_remainder, 8 replicas.
+    ds = tf.data.Dataset.range(1000).map(lambda i: tf.cast(i, tf.float32)).repeat().batch(200)
+    report = readiness.check(ds, replicas=8)
+    (dynamic,) = report.find("dynamic-batch")
+    assert dynamic.severity == "note" and "every batch has 200" in dynamic.what
+    assert "repeat() before" not in dynamic.fix  # it already repeats before batching
+    (tiles,) = report.find("batch-tiles")  # 25 per replica, found although the spec says None
+    assert "25 per replica x 8 replicas = global batch 200" in tiles.why
+    assert "32 per replica" in tiles.fix and "read from the pipeline" in tiles.where
+    assert report.stats["batch_from_pipeline"] == 200 and report.stats["per_replica_batch"] == 25
+    # The same batch size, split unevenly, and as a dataset_fn's per-replica batch.
+    uneven = readiness.check(tf.data.Dataset.range(100).batch(10), replicas=8)
+    assert uneven.find("uneven-split") and uneven.find("dynamic-batch")[0].severity == "note"
+    context = tf.distribute.InputContext(1, 0, 8)
+    per_replica = readiness.check(ds, replicas=8, input_context=context)
+    assert "dataset_fn, per-replica batch 200" in per_replica.find("dynamic-batch")[0].why or (
+        per_replica.stats["global_batch"] == 1600
+    )
+
+
+def test_partial_batch_words_follow_the_pipeline():
+    # repeat() after batch(): the partial batch comes back every epoch.
+    after = tf.data.Dataset.range(100).batch(32).repeat()
+    (finding,) = readiness.check(after, replicas=8).find("dynamic-batch")
+    assert finding.severity == "warning" and "batch of 4, not 32" in finding.what
+    assert "returns every epoch" in finding.why and finding.fix.startswith("Move repeat() before")
+    # A filter: tf.data cannot count the elements, so the last batch only *may* be partial.
+    filtered = tf.data.Dataset.range(100).filter(lambda i: i % 3 > 0).batch(32)
+    (finding,) = readiness.check(filtered, replicas=8).find("dynamic-batch")
+    assert finding.severity == "warning" and "may be smaller than 32" in finding.what
 
 
 def test_variable_length_and_unknown_rank_are_dynamic_shapes():
@@ -161,7 +199,8 @@ def test_uneven_split_names_the_sizes_and_a_fix(digits):
     x, y = digits
     report = readiness.check(flat_dataset(x, y, 100), replicas=8)
     (finding,) = report.find("uneven-split")
-    assert finding.severity == "error"
+    # No source says it fails on a TPU (TPUStrategy pads dynamic batches): a warning.
+    assert finding.severity == "warning" and "unverified on hardware" in finding.why
     # 100 over 8 replicas; that this is tf.distribute's real split is checked on 8 replicas below.
     assert "13 (7 replicas) and 9 (1 replica)" in finding.why
     assert "96 or 104" in finding.fix
@@ -172,11 +211,21 @@ def test_per_replica_batch_not_a_multiple_of_8_costs_padding(digits):
     x, y = digits
     report = readiness.check(flat_dataset(x, y, 96), replicas=8)  # 12 per replica
     (finding,) = report.find("batch-tiles")
-    assert "12 is padded to 16" in finding.why and "25%" in finding.why
-    assert "per-replica batch 16 (global 128)" in finding.fix.lower()
+    # The words are fitting.plan_batch's (notebook 03), not the check's own.
+    assert str(fitting.plan_batch(12, 8)) in finding.why
+    assert "pads it to 16 rows" in finding.why and "25%" in finding.why
+    assert str(fitting.plan_batch(16, 8)) in finding.fix
     good = readiness.check(flat_dataset(x, y, 128), replicas=8)  # 16 per replica
     assert "batch-tiles" not in good.codes and good.clean
     assert good.find("small-batch")[0].severity == "note"  # below 128: a note, not a problem
+
+
+def test_batch_plan_shares_and_tiles():
+    assert fitting.BatchPlan.replica_shares(100, 8) == [13] * 7 + [9]
+    assert fitting.BatchPlan.replica_shares(1, 8) == [1] + [0] * 7
+    assert fitting.BatchPlan.replica_shares(64, 8) == [8] * 8
+    assert fitting.plan_batch(25, 8).tiled == fitting.plan_batch(32, 8)
+    assert fitting.plan_batch(128, 1).tiled.per_replica == 128
 
 
 def test_prefetch_note_sees_through_with_options(digits):
@@ -529,10 +578,69 @@ def test_unbuilt_optimizer_is_reported_and_left_unbuilt():
 
     report = readiness.check(spec_dataset(), model, step=step, replicas=8)
     (finding,) = report.find("optimizer-not-built")
-    assert finding.severity == "error" and "optimizer.build" in finding.fix
+    # It fails on MirroredStrategy (checked on 8 replicas below); on a TPU unverified: a warning.
+    assert finding.severity == "warning" and "optimizer.build" in finding.fix
+    assert "MirroredStrategy" in finding.why and "unverified on hardware" in finding.why
     assert not optimizer.built  # the check did not build it behind the user's back
     one = readiness.check(spec_dataset(), model, step=step, replicas=1)
     assert one.find("optimizer-not-built")[0].severity == "note"
+    # Plain SGD has no slot variables: unbuilt, it runs on 8 replicas (below), nothing to report;
+    # the step is not traced either, as tracing would build the optimizer.
+    optimizer = keras.optimizers.SGD(0.1)
+    plain = readiness.check(spec_dataset(), model, step=step, replicas=2)
+    assert plain.clean and "optimizer-not-built" not in plain.codes, plain.text()
+    assert any("build_optimizer" in reason for reason in plain.skipped) and not optimizer.built
+
+
+def test_step_is_called_as_strategy_run_calls_it():
+    model = mlp(128)
+    # TensorFlow TPU guide's step_fn(inputs), as tests/readiness_public_cases.py reproduces it.
+    step_fn = readiness_public_cases.tpu_guide_step(model, built_adam(model))
+    report = readiness.check(spec_dataset(), model, step=step_fn, replicas=2)
+    assert report.clean, report.text()
+    assert "step trace" in report.checked and "XLA compile" in report.checked
+    (note,) = report.find("replica-equivalence")
+    assert note.severity == "note" and "check_replica_equivalence" in note.fix
+    forced = readiness.check(spec_dataset(), model, step=step_fn, replicas=2, step_args="element")
+    assert forced.clean and "step trace" in forced.checked
+
+    # A step neither convention fits: the check says so under skipped, never as the user's bug.
+    def three(a, b, c):
+        return a
+
+    odd = readiness.check(spec_dataset(), step=three, replicas=2)
+    assert odd.clean and "step-not-traceable" not in odd.codes
+    assert any("step_args=" in reason for reason in odd.skipped), odd.skipped
+    # Forced to a convention that does not fit, the step's TypeError is reported as such.
+    wrong = readiness.check(spec_dataset(), step=step_fn, replicas=2, step_args="unpack")
+    assert wrong.find("step-not-traceable")
+
+
+def built_adam(model):
+    optimizer = keras.optimizers.Adam(1e-3)
+    optimizer.build(model.trainable_variables)
+    return optimizer
+
+
+SOFT_PLACEMENT = """
+import tensorflow as tf, keras, sys
+from helpers import readiness
+inp = keras.Input((8, 8, 1))
+x = keras.layers.Flatten()(keras.layers.RandomRotation(0.1, seed=0)(inp))
+model = keras.Model(inp, keras.layers.Dense(10)(x))
+ds = tf.data.Dataset.from_tensors((tf.zeros([16, 8, 8, 1]), tf.zeros([16], tf.int32)))
+if sys.argv[-1] == "soft":
+    tf.config.set_soft_device_placement(True)
+(finding,) = readiness.check(ds.prefetch(1), model, replicas=8).find("xla-unsupported-op")
+print("SEVERITY", finding.severity, "HOST" if "run on the TPU host" in finding.why else "")
+"""
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("default", "error"), ("soft", "warning HOST")])
+def test_no_xla_kernel_severity_follows_soft_device_placement(run_python, mode, expected):
+    # TPUStrategy moves such ops to the host only with soft device placement on while tracing.
+    out = run_python(SOFT_PLACEMENT.replace("sys.argv[-1]", repr(mode))).stdout
+    assert f"SEVERITY {expected}" in out, out
 
 
 # ----------------------------------------------------------------------- steps_per_execution
@@ -661,9 +769,48 @@ with strategy.scope():
 report = readiness.check(ds, model, strategy=strategy)
 assert report.clean, report.text()
 
-# 2. The same model built outside the scope is found.
+# 2. The same model built outside the scope is an error, and fit() fails the way it says.
 outside = models.build_classifier(images.image_shape)
-assert "model-outside-scope" in readiness.check(ds, outside, strategy=strategy).codes
+(scope,) = readiness.check(ds, outside, strategy=strategy).find("model-outside-scope")
+assert scope.severity == "error" and "Need to be inside" in scope.why
+with strategy.scope():
+    outside.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+try:
+    outside.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
+except RuntimeError as err:
+    assert "Need to be inside" in str(err), err
+    print("OUTSIDE_FAILS_AS_REPORTED")
+# Only random layers' seed state made outside: a note, and fit() runs on every replica.
+flip = keras.Sequential([keras.layers.RandomFlip(seed=1), keras.layers.RandomContrast(0.1)])
+flip(tf.zeros([1, *images.image_shape]))
+with strategy.scope():
+    inp = keras.Input(images.image_shape)
+    aug = keras.Model(inp, keras.layers.Dense(10)(keras.layers.Flatten()(flip(inp))))
+    aug.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+aug_report = readiness.check(ds, aug, strategy=strategy)
+assert aug_report.clean and "model-outside-scope" not in aug_report.codes, aug_report.text()
+assert aug_report.find("random-state-outside-scope")[0].severity == "note"
+aug.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
+print("RANDOM_STATE_FIT_RAN")
+
+# 2b. An unbuilt Adam fails inside strategy.run as reported; plain SGD runs unbuilt.
+lossf = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+for name, make in (("adam", keras.optimizers.Adam), ("sgd", lambda: keras.optimizers.SGD(0.1))):
+    with strategy.scope():
+        m, opt = models.build_classifier(images.image_shape), make()
+    def one_arg_step(inputs):
+        xb, yb = inputs
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(lossf(yb, m(xb, training=True)))
+        grads = tape.gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(grads, m.trainable_variables, strict=True))
+    flagged = "optimizer-not-built" in readiness.check(ds, m, step=one_arg_step, strategy=strategy).codes
+    run = tf.function(lambda it: strategy.run(one_arg_step, args=(next(it),)))
+    try:
+        run(iter(strategy.experimental_distribute_dataset(ds)))
+        print(f"UNBUILT_{name}_RAN flagged={flagged}")
+    except tf.errors.InvalidArgumentError:
+        print(f"UNBUILT_{name}_FAILED flagged={flagged}")
 
 # 3. A custom step with Adam on 8 replicas: checked op by op, no false alarm.
 with strategy.scope():
@@ -703,6 +850,8 @@ with strategy.scope():
     spe_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=4)
 (spe,) = readiness.check(ds, spe_model, strategy=strategy, compile_step=False).find("spe-unsupported")
+# A property of the strategy checked with, not of a TPU: a warning that says so.
+assert spe.severity == "warning" and "not on a TPU" in spe.what and "TPUStrategy" in spe.why
 try:
     spe_model.fit(ds, steps_per_epoch=8, epochs=1, verbose=0)
 except tf.errors.InvalidArgumentError as err:
@@ -729,3 +878,5 @@ def test_on_eight_replicas(run_python):
     assert "MULTI_REPLICA_OK" in out
     # If a Keras release fixes the bug, this fails: the finding must then be revised.
     assert "SPE_FAILS_AS_REPORTED" in out, out
+    assert "OUTSIDE_FAILS_AS_REPORTED" in out and "RANDOM_STATE_FIT_RAN" in out, out
+    assert "UNBUILT_adam_FAILED flagged=True" in out and "UNBUILT_sgd_RAN flagged=False" in out, out

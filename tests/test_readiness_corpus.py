@@ -1,4 +1,6 @@
-"""helpers.readiness against a corpus: planted TPU problems must be caught, clean models must pass.
+"""helpers.readiness against two corpora: planted problems and setups from public TPU examples.
+
+The planted corpus: planted TPU problems must be caught, clean models must pass.
 
 Every case is tiny (a few hundred examples at most, layers of a few units) and built in this
 process; only the cases that need a real multi-replica strategy (a model built outside its scope,
@@ -6,12 +8,19 @@ process; only the cases that need a real multi-replica strategy (a model built o
 simulated 8-core TPU. A planted problem counts as caught when the report has a warning or an
 error with the expected code whose ``where`` names the planted place; a clean case raises a false
 alarm with any warning or error. ``test_corpus_figures`` prints recall and false alarms.
+
+The public corpus (``tests/readiness_public_cases.py``, expectations with their sources in
+``tests/data/readiness_public_expected.toml``): training setups reproduced from TensorFlow's and
+keras-io's TPU and distributed-training examples. Every expected problem must be reported with
+its severity and words, every expected note as a note, and nothing else as a warning or an error;
+the check must not crash. ``test_public_corpus_figures`` prints the counts.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,6 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -717,11 +731,13 @@ def outcome(case: Case, strategy=None) -> dict:
         kwargs["replicas"] = REPLICAS
     report = readiness.check(**kwargs)
     problems = [(f.code, f.severity, f.where) for f in report.problems]
+    errors = {f.code: f.why for f in report.problems if f.severity == "error"}
     if case.code is None:
         ok = not problems
     else:
         ok = any(code == case.code and case.where in where for code, _, where in problems)
-    return {"ok": ok, "problems": problems, "seconds": round(time.perf_counter() - start, 2)}
+    seconds = round(time.perf_counter() - start, 2)
+    return {"ok": ok, "problems": problems, "errors": errors, "seconds": seconds}
 
 
 EIGHT_REPLICAS = f"""
@@ -754,6 +770,17 @@ def test_case(case, results):
         assert result["ok"], f"missed {case.code} at {case.where!r}; found {result['problems']}"
 
 
+# What an error's text must cite: TensorFlow's source, docs or issues, or Google's TPU guides.
+SOURCES = ("tensorflow/", "tensorflow's", "guide", "tutorial", "#")
+
+
+def test_every_error_cites_a_source_that_it_fails_on_a_tpu(results):
+    errors = {code: why for r in results.values() for code, why in r["errors"].items()}
+    assert {"model-outside-scope", "xla-unsupported-op", "host-dtype"} <= set(errors)
+    for code, why in errors.items():
+        assert any(source in why.lower() for source in SOURCES), (code, why)
+
+
 def test_corpus_figures(results, capsys):
     planted_cases = [c for c in CASES if c.code is not None]
     clean_cases = [c for c in CASES if c.code is None]
@@ -771,3 +798,62 @@ def test_corpus_figures(results, capsys):
     assert len(planted_cases) >= 40 and len(clean_cases) >= 12
     assert set(by_part) == {"pipeline", "model", "step", "strategy"}
     assert caught == len(planted_cases) and alarms == 0
+
+
+# ------------------------------------------------------------------------------ public corpus
+
+PUBLIC_EXPECTED = Path(__file__).parent / "data" / "readiness_public_expected.toml"
+with open(PUBLIC_EXPECTED, "rb") as _file:
+    PUBLIC_CASES = tomllib.load(_file)["case"]
+
+PUBLIC = f"""
+import json, sys
+import helpers
+strategy = helpers.connect({REPLICAS})
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import readiness_public_cases as public
+print("PUBLIC" + json.dumps(public.score_all(strategy)))
+"""
+
+
+@pytest.fixture(scope="module")
+def public_results():
+    from conftest import _run_python
+
+    out = _run_python(PUBLIC, timeout=900).stdout
+    return json.loads(out.split("PUBLIC", 1)[1])
+
+
+def test_public_expectations_name_their_sources():
+    import readiness_public_cases as public
+
+    assert len(PUBLIC_CASES) >= 10 and set(public.BUILDERS) == {c["name"] for c in PUBLIC_CASES}
+    for case in PUBLIC_CASES:
+        assert case["source"] and len(case["commit"]) == 40 and case["setup"] and case["changes"]
+        for item in case.get("expect", []) + case.get("note", []):
+            assert item["backed_by"], (case["name"], item["code"])
+
+
+@pytest.mark.parametrize("case", PUBLIC_CASES, ids=[c["name"] for c in PUBLIC_CASES])
+def test_public_case(case, public_results):
+    result = public_results[case["name"]]
+    assert result["crash"] is None, result["crash"]
+    assert not result["missed"], f"missed {result['missed']}; found {result['findings']}"
+    assert not result["false_alarms"], f"false alarms {result['false_alarms']}"
+    assert not result["notes_missed"], f"notes missing {result['notes_missed']}"
+
+
+def test_public_corpus_figures(public_results, capsys):
+    totals = {"expected": sum(len(c.get("expect", [])) for c in PUBLIC_CASES)}
+    for key in ("caught", "false_alarms"):
+        totals[key] = sum(len(r.get(key, [])) for r in public_results.values())
+    totals["crashes"] = sum(r["crash"] is not None for r in public_results.values())
+    line = (
+        "{caught}/{expected} expected problems caught with their severity and words, "
+        "{false_alarms} false alarms, {crashes} crashes".format(**totals)
+    )
+    with capsys.disabled():
+        seconds = sum(r["seconds"] for r in public_results.values())
+        print(f"\npublic corpus: {len(PUBLIC_CASES)} setups, {line}; checks took {seconds:.1f} s")
+    assert totals["caught"] == totals["expected"] and not totals["false_alarms"]
+    assert not totals["crashes"]

@@ -14,19 +14,25 @@ per-replica batches: pass the ``tf.distribute.InputContext`` it was built with a
 ``input_context=`` and the batch is checked as one replica's.
 
 Each :class:`Finding` says what is wrong, where, why it matters on a TPU, and the fix. Severities:
-``error`` (will not run on a TPU as written), ``warning`` (runs, but slowly, wastefully or not as
-written) and ``note`` (worth knowing, nothing to change now). Only errors and warnings make a
-report unclean; a clean report prints as one line.
+``error`` (will not run on a TPU as written, with a source that says so), ``warning`` (runs, but
+slowly, wastefully or not as written; or fails only on the strategy you are checking with, which
+its words say) and ``note`` (worth knowing, nothing to change now). What could not be checked
+without a TPU says "unverified on hardware". Only errors and warnings make a report unclean; a
+clean report prints as one line.
 
 What it checks (the finding codes)
 ----------------------------------
 dataset (from ``dataset.element_spec``, without reading any data)
-    ``dynamic-batch``    batch dimension None (``batch()`` without ``drop_remainder``)
+    ``dynamic-batch``    batch dimension None (``batch()`` without ``drop_remainder``): the batch
+                         size is then read from the pipeline's batch op, and the sentence says
+                         what the pipeline does (a note when it repeats before batching or the
+                         data divides; a warning when a pass ends with a partial batch)
     ``dynamic-shape``    another dimension None, or unknown rank (every new shape recompiles)
     ``ragged-input`` / ``sparse-input`` / ``composite-input``  non-dense elements
     ``host-dtype``       strings, variants, complex128: types a TPU cannot hold
     ``float64``          float64 inputs, weights or step operations
-    ``uneven-split``     global batch not divisible by the replica count
+    ``uneven-split``     global batch not divisible by the replica count (as tf.distribute
+                         splits it; helpers.fitting.BatchPlan describes every batch)
     ``batch-tiles``      per-replica batch not a multiple of 8 (padding cost estimated)
     ``small-batch``      note: per-replica batch below 128
     ``no-prefetch``      note: the pipeline does not end with ``prefetch``
@@ -36,25 +42,36 @@ pipeline functions (the traced ``map``, ``filter``, ``flat_map``, ... functions,
     ``constant-seed``    a stateless random op seeded by a constant: the same "random" values
                          for every element and epoch
 model
-    ``model-outside-scope``  variables not created under ``strategy.scope()``
+    ``model-outside-scope``  weights or other model state not created under ``strategy.scope()``
+    ``random-state-outside-scope``  note: only random layers' seed-generator state was made
+                         outside it (not weights: training runs on every replica)
     ``float16-policy``   ``mixed_float16`` instead of the TPU's ``mixed_bfloat16``
     ``layer-tiles``      a hidden width that wastes the 128-wide matrix units (cost estimated):
                          a warning only above one tile, when its padding is 10% or more of the
                          model's estimated matrix work; below one tile, a note (free capacity)
     ``tile-padding``     note: the model's overall padding estimate, when it is large
 step (yours, or the model's forward and backward pass), traced once, never run
-    ``step-not-traceable``  tracing fails, e.g. ``.numpy()`` on a tensor inside the step
+    ``replica-equivalence``  note, for your own step: how to prove its loss scaling with
+                         ``helpers.loops.check_replica_equivalence``
+    ``step-not-traceable``  tracing fails, e.g. ``.numpy()`` on a tensor inside the step (the step
+                         is called as ``strategy.run`` calls it: the element unpacked, or whole
+                         as one argument, as the official examples write it)
     ``python-side-effect``  ``print``, a mutated list/dict/set, a rebound global: once per trace
     ``frozen-random``    Python or NumPy random numbers or clocks: frozen into the graph
     ``constant-seed``    a stateless random op seeded by a constant: the same noise every step
-    ``python-in-step``   ``tf.py_function`` / ``tf.numpy_function``: a host round trip, no XLA
-    ``print-in-step``    ``tf.print``: runs on the host, every step
-    ``xla-unsupported-op``  an op with no XLA kernel (checked op by op against XLA's registry)
+    ``python-in-step``   ``tf.py_function`` / ``tf.numpy_function``: no XLA kernel
+    ``print-in-step``    ``tf.print``: runs on the host, every step, or does not print
+    ``xla-unsupported-op``  an op with no XLA kernel (checked op by op against XLA's registry).
+                         An error while soft device placement is off when a step is traced (the
+                         default: TPUStrategy then cannot move the op to the host), a warning
+                         when it is on (the op runs on the host CPU, slowly)
     ``xla-compile-failed``  XLA cannot compile the step, e.g. a shape computed from values
     ``dynamic-shape-op``    an op with a data-dependent output size (``tf.unique``, ``tf.where``)
-    ``optimizer-not-built`` an optimizer the step uses has no slot variables yet
+    ``optimizer-not-built`` an optimizer the step uses would create slot variables on its
+                         first call (fails on MirroredStrategy with 2+ replicas)
 strategy
-    ``spe-unsupported``  ``steps_per_execution > 1`` that this strategy cannot run
+    ``spe-unsupported``  warning: ``steps_per_execution > 1`` that the strategy you check with
+                         cannot run (MirroredStrategy, e.g. the simulated TPU); not a TPU finding
     ``spe-one-on-tpu``   note: ``steps_per_execution=1`` on a TPU (host overhead each step)
 
 What it cannot see
@@ -76,7 +93,10 @@ What it cannot see
   on the CPU (the variables live on several devices): it is checked op by op, and shapes
   computed from values are then flagged only for the known ops (``xla.VALUE_SHAPE_OPS``).
 - Anything only a real TPU shows: ``TPUStrategy``'s handling of ``steps_per_execution``,
-  ``tf.print`` and partial batches is *unverified on hardware* by this project.
+  ``tf.print``, ops without an XLA kernel and partial batches is *unverified on hardware* by this
+  project; the check follows TensorFlow's source and documentation there.
+- Bugs of your own step that trace and compile, such as a loss averaged over the per-replica
+  batch: the ``replica-equivalence`` note says how to prove the step on real numbers.
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
 - Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
 
@@ -84,20 +104,27 @@ The modules: ``report`` (what a check returns: public); private, called only thr
 :func:`check`: ``_inputs`` (dataset), ``_pipeline`` (its functions), ``_model``, ``_step``
 (tracing), ``_side_effects``, ``_seeds`` and ``_xla`` (what the traced step does);
 ``helpers.tpu_facts`` holds the numbers behind them. ``tests/test_readiness_corpus.py`` measures
-recall and false alarms on a corpus of planted problems and clean models (figures in the README).
+recall and false alarms on a corpus of planted problems and clean models (figures in the README),
+and on training setups reproduced from public TPU examples (TensorFlow's TPU guide and tutorials,
+keras-io), against expectations written from their code and Google's documentation, each with
+its source (``tests/data/readiness_public_expected.toml``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from helpers.fitting import steps_per_execution_for
 from helpers.readiness._inputs import check_dataset
 from helpers.readiness._model import check_model
 from helpers.readiness._pipeline import check_pipeline
-from helpers.readiness._step import check_step
+from helpers.readiness._step import STEP_ARGS, check_step
 from helpers.readiness.report import SEVERITIES, Finding, NotReady, Report
 
-__all__ = ["SEVERITIES", "Finding", "NotReady", "Report", "check"]
+__all__ = ["SEVERITIES", "STEP_ARGS", "Finding", "NotReady", "Report", "check"]
+
+# TensorFlow and Keras are imported inside the functions: ``import helpers.readiness`` must not
+# import TensorFlow before the setup cell's ``quiet.quiet_tensorflow()`` has set its logging.
 
 
 def check(
@@ -110,6 +137,7 @@ def check(
     steps_per_execution: int | None = None,
     compile_step: bool = True,
     input_context=None,
+    step_args: str | None = None,
 ) -> Report:
     """Check a pipeline (and model, and step) for what would fail or be slow on a TPU.
 
@@ -118,10 +146,11 @@ def check(
             (global batches). Only its ``element_spec`` is read; no data is pulled.
         model: a built Keras model. Without ``step``, its forward and backward pass is what
             gets traced and compiled.
-        step: your per-replica training step, the function you give ``strategy.run``. It is
-            called like ``strategy.run`` calls it: a tuple element is unpacked into arguments,
-            anything else is passed as one argument, each with the per-replica batch size.
-            It is traced once, never executed: no weights change.
+        step: your per-replica training step, the function you give ``strategy.run``, called
+            with the per-replica batch as ``strategy.run`` would call it: a tuple element
+            unpacked into arguments (``strategy.run(step, args=batch)``) when the step takes
+            that many, else the element as one argument (``args=(batch,)``, the official
+            examples' way). It is traced once, never executed: no weights change.
         strategy: the ``tf.distribute`` strategy (default: the current one). Its replica count
             and kind drive the batch and ``steps_per_execution`` checks.
         replicas: the replica count to plan for without a strategy (e.g. 8 for a v5e-8).
@@ -130,6 +159,8 @@ def check(
         input_context: the ``tf.distribute.InputContext`` a ``dataset_fn`` built ``dataset``
             with (``distribute_datasets_from_function``): its batches are then per replica, and
             the global batch is that times ``input_context.num_replicas_in_sync``.
+        step_args: ``"unpack"`` or ``"element"`` (:data:`STEP_ARGS`) to say how your
+            ``strategy.run`` passes the batch, when the step's signature cannot tell.
 
     Returns a :class:`Report`. Taught in notebook 10; every notebook checks its own pipeline.
     """
@@ -144,6 +175,8 @@ def check(
         raise TypeError(f"model must be a Keras model, got {type(model).__name__}")
     if step is not None and not callable(step):
         raise TypeError(f"step must be a function, got {type(step).__name__}")
+    if step_args is not None and step_args not in STEP_ARGS:
+        raise ValueError(f"step_args must be one of {STEP_ARGS}, got {step_args!r}")
     if input_context is not None and not isinstance(input_context, tf.distribute.InputContext):
         raise TypeError(
             f"input_context must be a tf.distribute.InputContext, got {type(input_context).__name__}"
@@ -167,7 +200,8 @@ def check(
     if model is not None:
         check_model(model, strategy if strategy_given else None, report)
     if compile_step and (model is not None or step is not None):
-        check_step(spec, model, step, replicas, report, per_replica)
+        kind = _strategy_kind(strategy)
+        check_step(spec, model, step, replicas, report, per_replica, kind, step_args)
     elif model is not None or step is not None:
         report.skipped.append("step tracing and XLA compile (compile_step=False)")
     if spe is not None:
@@ -236,26 +270,23 @@ def _check_steps_per_execution(spe: int, strategy, replicas: int, report: Report
     report.checked.append("steps_per_execution")
     kind = _strategy_kind(strategy)
     if spe > 1 and kind == "mirrored" and replicas > 1 and keras.__version__.startswith("3."):
-        from helpers.fitting import steps_per_execution_for
-
         if steps_per_execution_for(strategy, spe).value == spe:  # e.g. ReductionToOneDevice
             return
         report.findings.append(
             Finding(
                 "spe-unsupported",
-                "error",
-                f"steps_per_execution={spe} with MirroredStrategy over {replicas} replicas",
+                "warning",
+                f"steps_per_execution={spe} fails on the strategy you are checking with "
+                f"(MirroredStrategy, {replicas} replicas), not on a TPU",
                 "model.compile(steps_per_execution=...)",
-                "With Keras 3, fit() then fails with INVALID_ARGUMENT 'You must feed a value "
-                "for placeholder tensor' (reproduced with Keras 3.8 to 3.15 on 2+ replicas, "
-                "including this collection's simulated TPU, when the gradients are summed by "
-                "collective all-reduce ops, MirroredStrategy's default; TPUStrategy compiles it "
-                "differently, unverified on hardware).",
-                "Choose it from the strategy (helpers.fitting.steps_per_execution_for): 1 on a "
-                "MirroredStrategy with collective all-reduce, a larger value (e.g. 32) on "
-                "TPUStrategy, or MirroredStrategy(cross_device_ops=ReductionToOneDevice()); or a "
-                "custom loop that runs several steps per tf.function call "
-                "(helpers.loops.make_train_steps).",
+                "With Keras 3, fit() on this MirroredStrategy fails with INVALID_ARGUMENT 'You "
+                "must feed a value for placeholder tensor' (reproduced with Keras 3.8 to 3.15 "
+                "when the gradients are summed by collective all-reduce ops, MirroredStrategy's "
+                "default, as on this collection's simulated TPU). On TPUStrategy a value above 1 "
+                "is what TensorFlow's TPU guide recommends (unverified on hardware).",
+                "Keep it for the TPU; where you run fit() on this strategy, choose the value from "
+                "the strategy (helpers.fitting.steps_per_execution_for): 1 here, e.g. 32 on "
+                "TPUStrategy; or MirroredStrategy(cross_device_ops=ReductionToOneDevice()).",
             )
         )
     elif spe == 1 and kind == "tpu":

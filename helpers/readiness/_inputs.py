@@ -1,19 +1,26 @@
-"""Checks of the input pipeline, read from ``dataset.element_spec`` without pulling any data."""
+"""Checks of the input pipeline, read from ``dataset.element_spec`` without pulling any data.
+
+When the spec's batch dimension is None, the batch size comes from the pipeline's batch op
+(``_pipeline.batching``) and the split, tile and small-batch checks run on it. The batch itself is
+described by :class:`helpers.fitting.BatchPlan` (notebook 03), rendered here, never recomputed.
+"""
 
 from __future__ import annotations
 
+from helpers.data import per_replica_batch
+from helpers.fitting import BatchPlan, plan_batch
+from helpers.readiness._pipeline import Batching, batching
 from helpers.readiness.report import Finding, Report
-from helpers.tpu_facts import (
-    BATCH_FOR_MXU,
-    FLOAT64_WHY,
-    HOST_ONLY_DTYPES,
-    TILE_ROWS,
-    round_up,
-)
+from helpers.tpu_facts import BATCH_FOR_MXU, FLOAT64_WHY, HOST_ONLY_DTYPES, TILE_ROWS
+
+__all__ = ["check_dataset", "components", "kind_of"]
+
+# TensorFlow is imported inside kind_of(): importing this module must not import TensorFlow
+# before the setup cell's quiet.quiet_tensorflow() (see _pipeline).
 
 
 def components(spec, path: str = "element"):
-    """Yield ``(path, spec)`` for every leaf of a (nested) element spec."""
+    """Yield ``(path, spec)`` for every leaf of a (nested) element spec (notebook 10)."""
     if isinstance(spec, dict):
         for key, value in spec.items():
             yield from components(value, f"{path}[{key!r}]")
@@ -25,6 +32,7 @@ def components(spec, path: str = "element"):
 
 
 def kind_of(spec) -> str:
+    """``dense``, ``ragged``, ``sparse`` or ``other``: one leaf of an element spec (notebook 10)."""
     import tensorflow as tf
 
     if isinstance(spec, tf.TensorSpec):
@@ -37,7 +45,10 @@ def kind_of(spec) -> str:
 
 
 def check_dataset(dataset, spec, replicas: int, report: Report, per_replica: bool = False) -> None:
-    """Shapes, dtypes, the batch and prefetch. ``per_replica``: batches come from a ``dataset_fn``."""
+    """Shapes, dtypes, the batch and prefetch. ``per_replica``: batches come from a ``dataset_fn``.
+
+    Part of the readiness check, notebook 10.
+    """
     report.checked.append("dataset")
     report.stats["global_batch"] = None
     dynamic_batch, batch_sizes = [], set()
@@ -86,7 +97,8 @@ def check_dataset(dataset, spec, replicas: int, report: Report, per_replica: boo
                 "the dataset yields types a TPU cannot hold",
                 f"dataset, {', '.join(host)}",
                 "A TPU has no string (or variant, complex128) type: every tensor that reaches the "
-                "step must be numeric. The step fails to compile for the TPU.",
+                "step must be numeric. The step fails to compile for the TPU (TensorFlow's input "
+                "tutorial: string ops do not execute on TPUs).",
                 "Turn it into numbers in the pipeline (e.g. a keras.layers.StringLookup in "
                 "dataset.map), or drop it from the element before it reaches the step.",
             )
@@ -104,23 +116,14 @@ def check_dataset(dataset, spec, replicas: int, report: Report, per_replica: boo
                 "dataset.map(lambda x, y: (tf.cast(x, tf.float32), y)).",
             )
         )
+    batch = batch_sizes.pop() if len(batch_sizes) == 1 and not dynamic_batch else None
     if dynamic_batch:
-        report.findings.append(
-            Finding(
-                "dynamic-batch",
-                "warning",
-                "the batch size is unknown (None) in the element spec",
-                f"dataset, dimension 0 of {', '.join(dynamic_batch)}",
-                "XLA compiles the TPU step for fixed shapes. batch() without drop_remainder "
-                "leaves a smaller last batch, so the batch dimension is None: that batch needs a "
-                "second compile or padding (which one depends on the strategy; unverified on "
-                "hardware), and the replica split cannot be checked in advance.",
-                "dataset.batch(batch_size, drop_remainder=True); for training, repeat() before "
-                "batch() and pass steps_per_epoch to fit().",
-            )
-        )
-    elif len(batch_sizes) == 1:
-        _check_batch(batch_sizes.pop(), replicas, report, per_replica)
+        info = batching(dataset)
+        report.findings.append(_dynamic_batch(info, dynamic_batch, replicas, per_replica))
+        batch = info.size if info is not None else None
+        report.stats["batch_from_pipeline"] = batch
+    if batch is not None:
+        _check_batch(batch, replicas, report, per_replica, read_from_graph=bool(dynamic_batch))
     if not _ends_with_prefetch(dataset):
         report.findings.append(
             Finding(
@@ -156,6 +159,7 @@ def _add_nondense(report: Report, kind: str, path: str, leaf) -> None:
             f"a {kind} tensor in the dataset element",
             f"dataset, {path} ({leaf})",
             f"TPUStrategy.experimental_distribute_dataset raises ValueError for {kind} tensors "
+            "(tensorflow/python/distribute/tpu_strategy.py, _check_spec) "
             "unless they stay on the host (InputOptions(experimental_fetch_to_device=False)), "
             "and the step itself needs dense tensors of fixed shape to compile.",
             f"Make it dense with a fixed size in the pipeline: dataset.map with {to_dense}, or "
@@ -182,54 +186,137 @@ def _add_dynamic(report: Report, path: str, detail: str) -> None:
     )
 
 
-def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool) -> None:
+def _shares(total: int, replicas: int) -> str:
+    """``13 (7 replicas) and 9 (1 replica)``: how tf.distribute splits ``total`` examples."""
+    sizes = BatchPlan.replica_shares(total, replicas)
+    if len(set(sizes)) == 1:
+        return f"{sizes[0]} per replica"
+    return " and ".join(
+        f"{size} ({sizes.count(size)} replica{'s' if sizes.count(size) > 1 else ''})"
+        for size in sorted(set(sizes), reverse=True)
+    )
+
+
+def _dynamic_batch(info: Batching | None, paths, replicas: int, per_replica: bool) -> Finding:
+    """The ``dynamic-batch`` finding, worded from what the pipeline really does."""
+    where = f"dataset, dimension 0 of {', '.join(paths)}"
+    if info is None:
+        return Finding(
+            "dynamic-batch",
+            "warning",
+            "the batch size is unknown (None) in the element spec",
+            where,
+            "XLA compiles the TPU step for fixed shapes. The check found no batch op whose size "
+            "it can read, so neither the split over the replicas nor a smaller last batch can "
+            "be checked in advance.",
+            "Batch with a fixed size: dataset.batch(batch_size, drop_remainder=True).",
+        )
+    b, op = info.size, info.op
+    where = f"{where}; {op} in the pipeline"
+    static = f"drop_remainder=True in {op}"
+    padder = (
+        "TPUStrategy compiles a step whose batch dimension is None with its dynamic padder, "
+        "RunOptions.experimental_enable_dynamic_batch_size, on by default (unverified on "
+        "hardware)"
+    )
+    read = f"The check read the batch size {b} from {op} and checks the split with it."
+    if info.repeats_before:
+        return Finding(
+            "dynamic-batch",
+            "note",
+            f"every batch has {b} examples, though the element spec says None",
+            where,
+            f"repeat() comes before {op}, so the pipeline never ends and never yields a partial "
+            f"batch; the None only says that {op} would keep one. {read} {padder}.",
+            f"Optional: {static} makes the fixed size visible in the spec too; nothing else "
+            "changes.",
+        )
+    remainder = info.remainder
+    if remainder == 0:
+        return Finding(
+            "dynamic-batch",
+            "note",
+            f"no partial batch with this data ({info.elements} elements in batches of {b}), "
+            "though the element spec says None",
+            where,
+            f"{info.elements} divides by {b}, so every batch is full. {read}",
+            f"If the data size can change, {static} keeps every batch full.",
+        )
+    if remainder is None:
+        what = f"the last batch of each pass may be smaller than {b}"
+        detail = (
+            f"tf.data cannot count the elements that reach {op} (files, filter), so the last "
+            "batch of each pass may be partial"
+        )
+    else:
+        what = f"each pass over the data ends with a batch of {remainder}, not {b}"
+        detail = (
+            f"{info.elements} elements in batches of {b}: {info.elements // b} full, then one of "
+            f"{remainder}"
+        )
+        if not per_replica and replicas > 1:
+            detail += f", split {_shares(remainder, replicas)}"
+    if info.repeat_after:
+        detail += f"; repeat() comes after {op}, so that batch returns every epoch"
+        fix = f"Move repeat() before {op} and give fit() steps_per_epoch, or use {static}."
+    else:
+        fix = (
+            f"For training: dataset.repeat() before {op} and steps_per_epoch in fit(), or "
+            f"{static} (drops those examples each pass). For evaluation, where every example "
+            "counts, a partial batch is expected: keep it, or pad the data to whole batches."
+        )
+    return Finding(
+        "dynamic-batch",
+        "warning",
+        what,
+        where,
+        f"{detail}. XLA compiles a step per input shape: that batch costs a second compile or "
+        f"padded work, and the replicas get unequal shares. {padder}. {read}",
+        fix,
+    )
+
+
+def _check_batch(
+    batch: int, replicas: int, report: Report, per_replica: bool, read_from_graph: bool = False
+) -> None:
     report.checked.append("per-replica batch" if per_replica else "batch split")
+    source = " (read from the pipeline: the spec says None)" if read_from_graph else ""
     if per_replica:  # a dataset_fn's batch is one replica's: nothing to split
         global_batch = batch * replicas
-        where = f"dataset_fn, per-replica batch {batch} x {replicas} replicas"
+        where = f"dataset_fn, per-replica batch {batch}{source} x {replicas} replicas"
     else:
         global_batch = batch
-        where = f"dataset, global batch {global_batch} / {replicas} replicas"
+        where = f"dataset, global batch {global_batch}{source} / {replicas} replicas"
     report.stats["global_batch"] = global_batch
-    if global_batch % replicas:
-        # How tf.distribute splits it (checked against a real split in the tests): full shares
-        # of ceil(global / replicas), the rest to the last replica(s).
-        per = -(-global_batch // replicas)
-        sizes = [min(per, max(0, global_batch - i * per)) for i in range(replicas)]
-        split = " and ".join(
-            f"{size} ({sizes.count(size)} replica{'s' if sizes.count(size) > 1 else ''})"
-            for size in sorted(set(sizes), reverse=True)
-        )
-        lower = global_batch // replicas * replicas
-        suggestion = " or ".join(str(s) for s in (lower, lower + replicas) if s)
+    try:
+        per = per_replica_batch(global_batch, replicas)
+    except ValueError as err:  # its message names the nearest batches that split
         report.findings.append(
             Finding(
                 "uneven-split",
-                "error",
+                "warning",
                 f"global batch {global_batch} does not split evenly over {replicas} replicas",
-                "dataset, batch dimension",
-                "Every replica needs the same static batch. tf.distribute splits "
-                f"{global_batch} into per-replica batches of {split}, so the per-replica "
-                "shape becomes unknown to the compiler and the replicas do unequal work.",
-                f"Use a multiple of {replicas}, e.g. {suggestion}: global batch = per-replica "
-                "batch x replicas (helpers.data.per_replica_batch checks it).",
+                f"{where}; batch dimension",
+                f"tf.distribute gives the replicas {_shares(global_batch, replicas)} examples "
+                "(a replica can get none), so the per-replica shape differs between replicas "
+                "and their work is unequal. How TPUStrategy compiles such a batch (its dynamic "
+                "padder) is unverified on hardware.",
+                f"{str(err)[0].upper()}{str(err)[1:]} helpers.data.per_replica_batch checks it.",
             )
         )
         return
-    per = global_batch // replicas
+    plan = plan_batch(per, replicas)
     report.stats["per_replica_batch"] = per
     if per % TILE_ROWS:
-        padded = round_up(per, TILE_ROWS)
         report.findings.append(
             Finding(
                 "batch-tiles",
                 "warning",
                 f"per-replica batch {per} is not a multiple of {TILE_ROWS}",
                 where,
-                f"The TPU lays out the batch in tiles of {TILE_ROWS} rows: {per} is padded to "
-                f"{padded}, so about {1 - per / padded:.0%} of every step's work is padding.",
-                f"Per-replica batch {padded} (global {padded * replicas}) costs about the same "
-                "step time; per-replica batches of 128 or more feed the matrix units best.",
+                f"{plan} (Cloud TPU performance guide: a batch divisible by {TILE_ROWS} or "
+                f"{BATCH_FOR_MXU}).",
+                f"About the same step time, without padding: {plan.tiled}.",
             )
         )
     elif per < BATCH_FOR_MXU:
@@ -239,8 +326,8 @@ def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool) -
                 "note",
                 f"per-replica batch {per} is below {BATCH_FOR_MXU}",
                 where,
-                "The 128 x 128 matrix units are used best with 128 or more rows per replica; "
-                "small batches leave the TPU waiting on the host (fine for a quick test).",
+                f"{plan}; small batches also leave the TPU waiting on the host (fine for a quick "
+                "test).",
                 f"When memory allows, per-replica batch {BATCH_FOR_MXU} or more "
                 "(global = per-replica x replicas).",
             )

@@ -1,4 +1,7 @@
-"""Checks of the Keras model: the strategy's scope, dtypes, and padding to the 128-wide tiles."""
+"""Checks of the Keras model: the strategy's scope, dtypes, and padding to the 128-wide tiles.
+
+Part of the readiness check, notebook 10.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +10,22 @@ import math
 from helpers.readiness.report import Finding, Report
 from helpers.tpu_facts import FLOAT64_WHY, TILE_COLS, WASTE_WARNING, round_up
 
+__all__ = ["check_model"]
+
+# TensorFlow and Keras are imported inside the functions: see _pipeline.
+
 
 def check_model(model, strategy, report: Report) -> None:
-    """Variables made outside the scope, float64 weights, the float16 policy, tile padding."""
+    """Variables made outside the scope, float64 weights, the float16 policy, tile padding.
+
+    Part of the readiness check, notebook 10.
+    """
     report.checked.append("model")
     if not getattr(model, "built", True) or not model.weights:
         report.skipped.append("model checks: the model is not built (call it once or use Input)")
         return
     if strategy is not None and strategy.num_replicas_in_sync > 1:
-        outside = _variables_outside_scope(model, strategy)
-        if outside:
-            report.findings.append(
-                Finding(
-                    "model-outside-scope",
-                    "error",
-                    f"{len(outside)} of {len(model.variables)} model variables were created "
-                    "outside strategy.scope()",
-                    f"model '{model.name}', e.g. {outside[0]}",
-                    "Variables made outside the scope are not replicated: the strategy cannot "
-                    "spread training over the replicas, and fit() may quietly train on one "
-                    "device instead of the TPU's cores.",
-                    "Build (and compile) the model inside `with strategy.scope():`.",
-                )
-            )
+        _check_scope(model, strategy, report)
     doubles = [v.path for v in model.weights if _dtype_name(v) == "float64"]
     if doubles:
         report.findings.append(
@@ -68,10 +64,11 @@ def _dtype_name(variable) -> str:
     return getattr(dtype, "name", str(dtype))
 
 
-def _variables_outside_scope(model, strategy) -> list[str]:
+def _variables_outside_scope(model, strategy) -> list:
+    """The model's variables (Keras' wrappers) that were not created under ``strategy.scope()``."""
     import keras
 
-    names = []
+    outside = []
     for v in model.variables:
         tf_var = v.value if isinstance(v, keras.Variable) else v  # Keras wraps the tf.Variable
         try:
@@ -79,8 +76,68 @@ def _variables_outside_scope(model, strategy) -> list[str]:
         except (AttributeError, TypeError, ValueError):
             continue
         if not inside:
-            names.append(getattr(v, "path", getattr(v, "name", "?")))
-    return names
+            outside.append(v)
+    return outside
+
+
+def _path(variable) -> str:
+    return getattr(variable, "path", getattr(variable, "name", "?"))
+
+
+def _is_random_state(variable) -> bool:
+    """A Keras SeedGenerator's state: random-number bookkeeping, not a weight."""
+    return not getattr(variable, "trainable", True) and _path(variable).endswith(
+        "seed_generator_state"
+    )
+
+
+def _check_scope(model, strategy, report: Report) -> None:
+    """Weights and state made outside the scope apart from random-number state (notebook 10)."""
+    outside = _variables_outside_scope(model, strategy)
+    random_state = [v for v in outside if _is_random_state(v)]
+    weights = [v for v in outside if not _is_random_state(v)]
+    if weights:
+        trainable = sum(bool(getattr(v, "trainable", False)) for v in weights)
+        report.findings.append(
+            Finding(
+                "model-outside-scope",
+                "error",
+                f"{len(weights)} of {len(model.variables)} model variables ({trainable} "
+                "trainable) were created outside strategy.scope()",
+                f"model '{model.name}', e.g. {_path(weights[0])}",
+                "They are ordinary variables on one device, not one copy per replica. Keras' "
+                "fit() then stops with RuntimeError 'Need to be inside with strategy.scope()' "
+                "(tf.distribute's check, shared by every strategy; seen here with Keras 3.15 on "
+                "MirroredStrategy). TensorFlow's TPU guide: the model must be created inside "
+                "strategy.scope() so that its variables exist on each TPU core (unverified on "
+                "hardware by this project).",
+                "Build (and compile) the model inside `with strategy.scope():`.",
+            )
+        )
+    if random_state:
+        ids = {id(v) for v in random_state}
+        layers = [
+            layer.name
+            for layer in _all_layers(model)
+            if not getattr(layer, "layers", None) and any(id(v) in ids for v in layer.variables)
+        ]
+        report.findings.append(
+            Finding(
+                "random-state-outside-scope",
+                "note",
+                f"{len(random_state)} random-number state variable(s) of augmentation layers "
+                "were created outside strategy.scope()",
+                f"model '{model.name}', e.g. {_path(random_state[0])}",
+                "These are the seed-generator states of random layers (RandomFlip, "
+                "RandomRotation, ...), not weights: nothing is trained in them. They stay one "
+                "variable on the device where they were made, which every replica reads; the "
+                "weights are replicated and fit() runs on every replica (seen here with Keras "
+                "3.15 on MirroredStrategy; on a TPU the state lives on the host, unverified on "
+                "hardware).",
+                "Nothing to fix for training. To keep the state on each core, build the layers "
+                f"inside the scope ({', '.join(layers[:4]) or 'the random layers'}).",
+            )
+        )
 
 
 def _all_layers(model) -> list:

@@ -10,6 +10,10 @@ constants backwards from each op's seed input.
 
 from __future__ import annotations
 
+__all__ = ["add_constant_seeds", "constant_seed_ops"]
+
+# TensorFlow is imported inside the functions: see _pipeline.
+
 # Where the seed enters each stateless op that turns a seed into random numbers. The newer
 # ``...V2`` ops take a key made by ``StatelessRandomGetKeyCounter``, which is listed instead.
 SEED_INPUT = {
@@ -64,7 +68,7 @@ def _constant(name: str, by_name: dict, known: dict, depth: int = 0) -> bool:
 
 
 def constant_seed_ops(graph_def) -> list[str]:
-    """Names of the stateless random ops in ``graph_def`` whose seed is a constant."""
+    """Names of the stateless random ops in ``graph_def`` whose seed is a constant (notebook 10)."""
     found = []
     for nodes in _scopes(graph_def):
         by_name, known = {node.name: node for node in nodes}, {}
@@ -77,7 +81,10 @@ def constant_seed_ops(graph_def) -> list[str]:
 
 
 def add_constant_seeds(report, where: str, *, pipeline: bool = False) -> None:
-    """Report ops found by :func:`constant_seed_ops`, at ``where``, as a ``constant-seed`` warning."""
+    """Report ops found by :func:`constant_seed_ops`, at ``where``, as a ``constant-seed`` warning.
+
+    Part of the readiness check, notebook 10.
+    """
     from helpers.readiness.report import Finding
 
     runs = "for every element and every epoch" if pipeline else "at every step"

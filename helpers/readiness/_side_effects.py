@@ -1,4 +1,7 @@
-"""Python side effects in a training step: what runs once, while tracing, and never again."""
+"""Python side effects in a training step: what runs once, while tracing, and never again.
+
+Part of the readiness check, notebook 10.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +14,54 @@ import types
 
 from helpers.readiness.report import Finding
 
+__all__ = [
+    "Watch",
+    "add_side_effects",
+    "capture_print",
+    "frozen_random",
+    "unbuilt_optimizers",
+]
 
-def unbuilt_optimizers(fn) -> list[str]:
-    """Names of the Keras optimizers the step refers to whose slot variables do not exist yet."""
+# Keras is imported inside the functions: see _pipeline.
+
+
+def unbuilt_optimizers(fn) -> dict[str, bool]:
+    """The Keras optimizers the step refers to that are not built yet: name -> has slots.
+
+    Tracing the step would build them, outside the user's strategy scope, so the check does not
+    trace such a step. Only optimizers with slots fail inside ``strategy.run``: plain SGD (no
+    momentum) creates none on its first ``apply_gradients`` and runs unbuilt on 8 replicas
+    (notebook 10).
+    """
     import keras
 
-    found = []
-    for name, value in Watch(fn).values().items():
-        if isinstance(value, keras.optimizers.Optimizer) and not value.built:
-            found.append(name)
-    return found
+    return {
+        name: _has_slots(value)
+        for name, value in Watch(fn).values().items()
+        if isinstance(value, keras.optimizers.Optimizer) and not value.built
+    }
+
+
+def _has_slots(optimizer) -> bool:
+    """True when building a copy of ``optimizer`` for one variable creates variables for it."""
+    import keras
+
+    try:
+        counts = []
+        for variables in ([], [keras.Variable([0.0, 0.0], name="probe")]):
+            copy = type(optimizer).from_config(optimizer.get_config())
+            copy.build(variables)
+            counts.append(len(copy.variables))
+    except Exception:  # an optimizer that cannot be copied: assume it has slots, as most do
+        return True
+    return counts[1] > counts[0]
 
 
 # What a traced step may change in Python without anyone noticing: closure variables, globals and
 # attributes of ``self`` that the function's code names.
 class Watch:
+    """The Python values a step can change: closures, globals, ``self`` attributes (notebook 10)."""
+
     def __init__(self, fn):
         self.fn = inspect.unwrap(fn)
         self.before = {name: _fingerprint(v) for name, v in self.values().items()}
@@ -81,7 +117,7 @@ def _fingerprint(value):
 
 @contextlib.contextmanager
 def capture_print():
-    """Record Python ``print`` calls made by user code while the step is traced."""
+    """Record Python ``print`` calls made by user code while the step is traced (notebook 10)."""
     calls: list[str] = []
     real_print = builtins.print
 
@@ -101,7 +137,7 @@ def capture_print():
 
 
 def frozen_random(fn) -> list[str]:
-    """Python or NumPy random generators and clocks the step's own code uses."""
+    """Python or NumPy random generators and clocks the step's own code uses (notebook 10)."""
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -130,6 +166,7 @@ def frozen_random(fn) -> list[str]:
 
 
 def add_side_effects(report, where, printed, changed, random_names) -> None:
+    """Report Python side effects and frozen random numbers found while tracing (notebook 10)."""
     if printed or changed:
         effects = [f"print() at {p}" for p in printed[:2]]
         effects += [f"changes Python variable '{name}'" for name in changed]

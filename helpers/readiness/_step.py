@@ -1,4 +1,7 @@
-"""Trace the training step once (never run it) and hand its graph to the XLA checks."""
+"""Trace the training step once (never run it) and hand its graph to the XLA checks.
+
+Part of the readiness check, notebook 10.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +17,23 @@ from helpers.readiness._side_effects import (
     frozen_random,
     unbuilt_optimizers,
 )
-from helpers.readiness._xla import add_value_shape_ops, check_graph_ops, compile_step
+from helpers.readiness._xla import (
+    add_value_shape_ops,
+    check_graph_ops,
+    compile_step,
+    soft_placement_when_traced,
+)
 from helpers.readiness.report import Finding, Report
 from helpers.tpu_facts import HOST_ONLY_DTYPES, TILE_ROWS
+
+__all__ = ["STEP_ARGS", "check_step"]
+
+# TensorFlow is imported inside the functions: see _pipeline.
+
+# How strategy.run calls the step with a batch: "unpack" is strategy.run(step, args=batch), a
+# tuple batch becoming several arguments; "element" is strategy.run(step, args=(batch,)), the
+# official examples' way, one argument that the step unpacks.
+STEP_ARGS = ("unpack", "element")
 
 
 def _per_replica(spec, replicas: int, stand_in: bool):
@@ -49,11 +66,44 @@ def _feedable(spec) -> bool:
     )
 
 
-def _step_inputs(spec, model, step):
+def _binds(fn, count: int) -> bool | None:
+    """Whether ``fn`` accepts ``count`` positional arguments; None when its signature is unknown."""
+    try:
+        inspect.signature(fn).bind(*range(count))
+    except TypeError:
+        return False
+    except ValueError:  # a builtin or C function without a signature
+        return None
+    return True
+
+
+def _calling_convention(fn, spec, step_args: str | None) -> tuple[tuple, str] | str:
+    """``(argument specs, convention)`` as strategy.run would pass the batch, or why not."""
+    unpacked = tuple(spec) if isinstance(spec, tuple) else (spec,)
+    conventions = {"unpack": unpacked, "element": (spec,)}
+    if step_args is not None:
+        return conventions[step_args], step_args
+    if len(unpacked) == 1:
+        return unpacked, "unpack"
+    fits = {name: _binds(fn, len(args)) for name, args in conventions.items()}
+    for name in STEP_ARGS:  # unpacked first: strategy.run(step, args=batch)
+        if fits[name] is not False:
+            return conventions[name], name
+    return (
+        f"it takes neither the {len(unpacked)} parts of the dataset element (strategy.run(step, "
+        "args=batch)) nor the element as one argument (strategy.run(step, args=(batch,))); "
+        "pass step_args='unpack' or 'element' to say how strategy.run calls it"
+    )
+
+
+def _step_inputs(spec, model, step, step_args=None):
     """``(function, args spec, description)`` for the step to trace, or a reason it can't be."""
     if step is not None:
-        args = tuple(spec) if isinstance(spec, tuple) else (spec,)
-        return _python_function(step), args, _describe_function(step)
+        fn = _python_function(step)
+        found = _calling_convention(fn, spec, step_args)
+        if isinstance(found, str):
+            return fn, found, _describe_function(step)
+        return fn, found[0], _describe_function(step)
     x = spec[0] if isinstance(spec, tuple) else spec
     if isinstance(x, dict):  # Keras ignores extra keys; leave out what only the host can hold
         x = {k: v for k, v in x.items() if _feedable(v)}
@@ -89,37 +139,45 @@ def _describe_function(fn) -> str:
         return f"step {name}()"
 
 
-def check_step(spec, model, step, replicas: int, report: Report, per_replica: bool = False) -> None:
+def check_step(
+    spec,
+    model,
+    step,
+    replicas: int,
+    report: Report,
+    per_replica: bool = False,
+    strategy_kind: str = "other",
+    step_args: str | None = None,
+) -> None:
     """Trace the step (or the model's forward and backward pass) with one replica's batch.
 
     ``per_replica``: the dataset already yields one replica's batch (a ``dataset_fn``'s).
+    ``step_args``: how strategy.run passes the batch (:data:`STEP_ARGS`); None tries both.
+
+    Part of the readiness check, notebook 10.
     """
     import tensorflow as tf
 
-    fn, args, where = _step_inputs(spec, model, step)
+    fn, args, where = _step_inputs(spec, model, step, step_args)
+    if step is not None:
+        report.findings.append(_replica_equivalence(where))
+    if isinstance(args, str):  # the check's own calling convention failed: never the user's bug
+        report.skipped.append(f"tracing {where}: {args}")
+        return
     if not _feedable(args):
         report.skipped.append(
             f"tracing {where}: its inputs include non-dense or host-only tensors (see above)"
         )
         return
     unbuilt = unbuilt_optimizers(fn)
-    if unbuilt:
-        severity = "error" if replicas > 1 else "note"
-        report.findings.append(
-            Finding(
-                "optimizer-not-built",
-                severity,
-                "the step uses an optimizer whose slot variables do not exist yet",
-                f"{where}, optimizer {', '.join(unbuilt)}",
-                "Keras 3 optimizers create their slots on the first apply_gradients; inside "
-                "strategy.run with 2 or more replicas that fails (seen with MirroredStrategy, "
-                "Keras 3.15). The check does not trace the step, so that it does not build the "
-                "optimizer for you.",
-                "with strategy.scope(): optimizer.build(model.trainable_variables) before "
-                "training (helpers.loops.build_optimizer).",
-            )
+    with_slots = [name for name, slots in unbuilt.items() if slots]
+    if with_slots:
+        report.findings.append(_optimizer_not_built(where, with_slots, replicas, strategy_kind))
+    if unbuilt:  # tracing would build it, outside the strategy's scope
+        report.skipped.append(
+            f"tracing {where}: its optimizer is not built yet and tracing would build it; build "
+            "it first (helpers.loops.build_optimizer) to have the step traced"
         )
-        report.skipped.append(f"tracing {where}: build the optimizer first")
         return
     split = 1 if per_replica else replicas
     compile_args = _per_replica(args, split, stand_in=True)
@@ -131,6 +189,7 @@ def check_step(spec, model, step, replicas: int, report: Report, per_replica: bo
         return fn(*tf.nest.pack_sequence_as(trace_args, list(flat)))
 
     jit = tf.function(flat_step, jit_compile=True)
+    soft = soft_placement_when_traced()
     watch = Watch(fn)
     with capture_print() as printed:
         try:
@@ -143,16 +202,61 @@ def check_step(spec, model, step, replicas: int, report: Report, per_replica: bo
     seeded = constant_seed_ops(concrete.graph.as_graph_def())
     if seeded:
         add_constant_seeds(report, f"{where}; op {', '.join(seeded[:3])}")
-    reported, value_shape = check_graph_ops(concrete, where, report)
+    reported, value_shape = check_graph_ops(concrete, where, report, soft)
     if compile_args is None:
         report.skipped.append(
             "full XLA compile: the step's inputs have dimensions of unknown size (see above)"
         )
         explained = set()
     else:  # the same specs as the trace: no second trace
-        explained = compile_step(jit, flat_specs, where, reported, report)
+        explained = compile_step(jit, flat_specs, where, reported, report, soft)
     if explained is not None:
         add_value_shape_ops(report, where, value_shape, explained)
+
+
+def _optimizer_not_built(where: str, unbuilt: list[str], replicas: int, kind: str) -> Finding:
+    if replicas == 1:
+        severity, outcome = "note", "With one replica the first call builds them without trouble."
+    elif kind == "tpu":
+        severity = "warning"
+        outcome = (
+            "On MirroredStrategy with 2 or more replicas that first call fails (seen with Keras "
+            "3.15); whether TPUStrategy fails the same way is unverified on hardware."
+        )
+    else:
+        severity = "warning"
+        outcome = (
+            f"On the strategy you are checking with ({replicas} replicas, MirroredStrategy or "
+            "alike) that first call inside strategy.run fails (seen with Keras 3.15). That is a "
+            "property of this strategy; on TPUStrategy it is unverified on hardware."
+        )
+    return Finding(
+        "optimizer-not-built",
+        severity,
+        "the step uses an optimizer whose slot variables do not exist yet",
+        f"{where}; optimizer {', '.join(repr(name) for name in unbuilt)}",
+        "Keras 3 optimizers with slots (Adam, SGD with momentum, ...) create them on the first "
+        f"apply_gradients. {outcome} The check does not trace the step, so that it does not "
+        "build the optimizer for you.",
+        "with strategy.scope(): optimizer.build(model.trainable_variables) before training "
+        "(helpers.loops.build_optimizer).",
+    )
+
+
+def _replica_equivalence(where: str) -> Finding:
+    return Finding(
+        "replica-equivalence",
+        "note",
+        "how the step scales its loss is invisible to tracing",
+        where,
+        "Averaging the loss over the per-replica batch (tf.reduce_mean) and raising the learning "
+        "rate to make up for it is the most common custom-loop mistake: it traces, compiles and "
+        "trains, with gradients that depend on the replica count. Only a run can show it.",
+        "Prove the step with helpers.loops.check_replica_equivalence(strategy, make_model, x, y, "
+        "global_batch_size, make_step=lambda model, optimizer: step): it trains the same model "
+        "on the replicas and on one device and compares the weights (8 replicas = 1 device). "
+        "make_step returns your step written for these model and optimizer objects.",
+    )
 
 
 def _add_trace_error(report: Report, where: str, err: Exception) -> None:
@@ -165,7 +269,8 @@ def _add_trace_error(report: Report, where: str, err: Exception) -> None:
         what = "the step calls .numpy() on a tensor"
         why = (
             ".numpy() copies a value from the device to Python. A compiled TPU step has no "
-            "Python values inside it, so it cannot even be traced."
+            "Python values inside it, so it cannot even be traced; TPUStrategy.run refuses a "
+            "step that is not traced (tensorflow/tensorflow#41074)."
         )
         fix = (
             "Keep the value a tensor inside the step (return it, or add it to a Keras metric) "
@@ -173,7 +278,10 @@ def _add_trace_error(report: Report, where: str, err: Exception) -> None:
         )
     else:
         what = f"the step cannot be traced into a graph ({type(err).__name__})"
-        why = f"A TPU runs only a traced, compiled step. Tracing failed with {detail}"
+        why = (
+            "A TPU runs only a traced, compiled step (TPUStrategy.run refuses pure eager "
+            f"execution, tensorflow/tensorflow#41074). Tracing failed with {detail}"
+        )
         fix = (
             "Make the step work under @tf.function first: tensor ops only, no Python "
             "conversions of tensor values (float(), bool(), .numpy())."

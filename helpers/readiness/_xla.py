@@ -1,4 +1,7 @@
-"""What XLA makes of the traced step: ops with no XLA kernel, float64 math, a full compile."""
+"""What XLA makes of the traced step: ops with no XLA kernel, float64 math, a full compile.
+
+Part of the readiness check, notebook 10.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,34 @@ import re
 
 from helpers.readiness.report import Finding, Report
 from helpers.tpu_facts import FLOAT64_WHY
+
+__all__ = [
+    "OP_WORDS",
+    "PRINT_OPS",
+    "PYTHON_OPS",
+    "STRUCTURAL_OPS",
+    "VALUE_SHAPE_OPS",
+    "add_value_shape_ops",
+    "check_graph_ops",
+    "compile_step",
+    "graph_nodes",
+    "soft_placement_when_traced",
+]
+
+# TensorFlow is imported inside the functions: see _pipeline.
+
+# What TPUStrategy does with an op that has no XLA kernel, read in TensorFlow 2.20.0's source:
+# tpu.replicate() (tensorflow/python/tpu/tpu.py) asks for automatic outside compilation, which
+# runs such ops on the host CPU, only when tf.config.get_soft_device_placement() is True while
+# the step is traced; inside a traced function that is False unless the user called
+# tf.config.set_soft_device_placement(True) (tensorflow/python/eager/context.py). Without it the
+# TPU compile rejects the op (tensorflow/tensorflow#42454, on a Cloud TPU; #43705, a maintainer).
+NO_KERNEL_SOURCES = (
+    "TensorFlow 2.20's TPUStrategy runs ops without an XLA kernel on the host (automatic outside "
+    "compilation) only when soft device placement is on while the step is traced "
+    "(tensorflow/python/tpu/tpu.py), and inside a traced step it is off unless "
+    "tf.config.set_soft_device_placement(True) was called (tensorflow/tensorflow#43705)."
+)
 
 # Ops that exist only in the traced graph's plumbing and have no XLA kernel by design.
 STRUCTURAL_OPS = frozenset({"Placeholder", "_Arg", "_Retval", "NoOp"})
@@ -41,7 +72,10 @@ OP_WORDS = {
 
 
 def graph_nodes(concrete):
-    """``(op type, node name, NodeDef)`` for the graph and every function in its library."""
+    """``(op type, node name, NodeDef)`` for the graph and every function in its library.
+
+    Part of the readiness check, notebook 10.
+    """
     graph_def = concrete.graph.as_graph_def()
     for node in graph_def.node:
         yield node.op, node.name, node
@@ -74,11 +108,18 @@ def _produces_float64(node) -> bool:
     return False
 
 
-def check_graph_ops(concrete, where: str, report: Report) -> tuple[set[str], dict]:
+def check_graph_ops(
+    concrete, where: str, report: Report, soft: bool = False
+) -> tuple[set[str], dict]:
     """Report ops with no XLA kernel and float64 math.
+
+    ``soft``: soft device placement is on while a step is traced
+    (:func:`soft_placement_when_traced`).
 
     Returns the op types reported and ``{op type: node names}`` of ops with value-dependent
     output sizes, which only a full compile can judge (see :func:`add_value_shape_ops`).
+
+    Part of the readiness check, notebook 10.
     """
     cache: dict = {}
     missing: dict[str, list[str]] = {}
@@ -100,12 +141,11 @@ def check_graph_ops(concrete, where: str, report: Report) -> tuple[set[str], dic
         report.findings.append(
             Finding(
                 "python-in-step",
-                "error",
+                "warning" if soft else "error",
                 f"the step runs Python through {' and '.join(words)}",
                 f"{where}; op {', '.join(nodes[:3])}",
-                "These ops call back into the Python interpreter on the host. XLA cannot "
-                "compile them, so the TPU step fails to compile (or, where TensorFlow moves them "
-                "to the host, every step waits for a round trip).",
+                "These ops call back into the Python interpreter on the host; XLA cannot compile "
+                f"them. {NO_KERNEL_SOURCES} {_no_kernel_outcome(soft)}",
                 "Rewrite the function with TensorFlow ops (tf.math, tf.image, keras.ops), or do "
                 "the work in the tf.data pipeline before the step.",
             )
@@ -118,9 +158,10 @@ def check_graph_ops(concrete, where: str, report: Report) -> tuple[set[str], dic
                 "warning",
                 "the step calls tf.print",
                 f"{where}; op {', '.join(nodes[:2])}",
-                "tf.print has no XLA kernel: on a TPU it is moved to the host (outside "
-                "compilation) or fails to compile, and every step waits for a device-to-host copy "
-                "(unverified on hardware).",
+                "tf.print has no XLA kernel. With soft device placement on while the step is "
+                "traced, TPUStrategy runs it on the host and every step waits for a "
+                "device-to-host copy; with it off (the default) users report that it does not "
+                "print on a TPU (tensorflow/tensorflow#44449, #43705). Unverified on hardware.",
                 "Remove it from the training step; return the values and print them outside, "
                 "or use a Keras callback.",
             )
@@ -128,7 +169,7 @@ def check_graph_ops(concrete, where: str, report: Report) -> tuple[set[str], dic
     for op, names in missing.items():
         if op in PYTHON_OPS or op in PRINT_OPS:
             continue
-        report.findings.append(_unsupported_op(op, names, where))
+        report.findings.append(_unsupported_op(op, names, where, soft))
     if doubles:
         report.findings.append(
             Finding(
@@ -145,7 +186,10 @@ def check_graph_ops(concrete, where: str, report: Report) -> tuple[set[str], dic
 
 
 def add_value_shape_ops(report: Report, where: str, value_shape: dict, explained: set) -> None:
-    """Without a full compile, flag ops whose output size depends on values (op by op)."""
+    """Without a full compile, flag ops whose output size depends on values (op by op).
+
+    Part of the readiness check, notebook 10.
+    """
     for op, names in value_shape.items():
         if op in explained:
             continue
@@ -181,11 +225,45 @@ def _op_words(op: str) -> str:
     return op
 
 
-def _unsupported_op(op: str, names: list[str], where: str) -> Finding:
+def soft_placement_when_traced() -> bool:
+    """What ``tf.config.get_soft_device_placement()`` says while a function is traced.
+
+    TPUStrategy reads it at that moment (see ``NO_KERNEL_SOURCES``); eagerly it reads True by
+    default, inside a trace False unless the user set it. Taught in notebook 10.
+    """
+    import tensorflow as tf
+
+    seen = []
+
+    @tf.function(autograph=False)
+    def probe():
+        seen.append(tf.config.get_soft_device_placement())
+        return tf.constant(0)
+
+    probe.get_concrete_function()
+    return bool(seen[0])
+
+
+def _no_kernel_outcome(soft: bool) -> str:
+    if soft:
+        return (
+            "Soft device placement is on here, so the op would run on the TPU host's CPU and "
+            "every step would wait for a round trip between host and TPU (unverified on "
+            "hardware)."
+        )
+    return (
+        "It is off here, so the TPU step fails to compile ('Detected unsupported operations', "
+        "as reported on a Cloud TPU in tensorflow/tensorflow#42454); unverified on hardware by "
+        "this project."
+    )
+
+
+def _unsupported_op(op: str, names: list[str], where: str, soft: bool = False) -> Finding:
     if op.startswith("ImageProjectiveTransform"):
         fix = (
             "Apply this augmentation in the tf.data pipeline (dataset.map(augment)) instead of "
-            "inside the model: it then runs on the TPU host's CPU."
+            "inside the model: it then runs on the TPU host's CPU (TensorFlow's input tutorial: "
+            "on TPUs, put Keras preprocessing layers in tf.data)."
         )
     else:
         fix = (
@@ -194,21 +272,28 @@ def _unsupported_op(op: str, names: list[str], where: str) -> Finding:
         )
     return Finding(
         "xla-unsupported-op",
-        "error",
+        "warning" if soft else "error",
         f"XLA cannot compile {_op_words(op)}",
         f"{where}; op {', '.join(names[:3])}",
-        "Everything in a TPU step is compiled by XLA; this op has no XLA kernel (checked "
-        "against XLA's CPU registry, which is close to the TPU's), so the step fails to compile.",
-        fix,
+        "Everything in a TPU step is compiled by XLA; this op has no XLA kernel (checked against "
+        f"XLA's CPU registry, which is close to the TPU's). {NO_KERNEL_SOURCES} "
+        f"{_no_kernel_outcome(soft)}",
+        fix + " As a stopgap, tf.config.set_soft_device_placement(True) lets TPUStrategy run it "
+        "on the host, slowly.",
     )
 
 
-def compile_step(jit, compile_args, where: str, reported: set[str], report: Report) -> set | None:
-    """Compile the traced step to HLO; None when it compiled, else the op types it explained."""
+def compile_step(
+    jit, compile_args, where: str, reported: set[str], report: Report, soft: bool = False
+) -> set | None:
+    """Compile the traced step to HLO; None when it compiled, else the op types it explained.
+
+    Part of the readiness check, notebook 10.
+    """
     try:
         hlo = jit.experimental_get_compiler_ir(*compile_args)(stage="hlo")
     except Exception as err:  # XLA's errors come as several types; the message says which
-        return _add_compile_error(report, where, str(err), reported)
+        return _add_compile_error(report, where, str(err), reported, soft)
     report.checked.append("XLA compile")
     sources = {}
     for line in hlo.splitlines():
@@ -237,7 +322,9 @@ def compile_step(jit, compile_args, where: str, reported: set[str], report: Repo
         )
 
 
-def _add_compile_error(report: Report, where: str, message: str, reported: set[str]) -> set:
+def _add_compile_error(
+    report: Report, where: str, message: str, reported: set[str], soft: bool = False
+) -> set:
     """Turn XLA's error into a finding or a skip; return the op types it explains."""
     if "Detected unsupported operations" in message:
         new = [op for op in re.findall(r"(\w+) \(No registered", message) if op not in reported]
@@ -245,7 +332,7 @@ def _add_compile_error(report: Report, where: str, message: str, reported: set[s
             report.skipped.append(f"full XLA compile of {where}: an input type XLA cannot take")
             return set()
         for op in new:
-            report.findings.append(_unsupported_op(op, ["(named in XLA's error)"], where))
+            report.findings.append(_unsupported_op(op, ["(named in XLA's error)"], where, soft))
         if not new:
             report.checked.append("XLA compile (failed on those ops)")
         return set(new)
@@ -268,7 +355,8 @@ def _add_compile_error(report: Report, where: str, message: str, reported: set[s
             explained.add(node.group(2))
         why = (
             "XLA needs every shape when it compiles; here a size depends on data, so the TPU "
-            f"step cannot be compiled. XLA says: {first}"
+            "step cannot be compiled (Cloud TPU performance guide: models for Cloud TPU are "
+            f"compiled by XLA). XLA says: {first}"
         )
         fix = (
             "Use sizes known when tracing (Python ints, static shapes) and pad to a fixed "
@@ -276,7 +364,10 @@ def _add_compile_error(report: Report, where: str, message: str, reported: set[s
         )
     else:
         what = "XLA cannot compile the step"
-        why = f"A TPU step must compile with XLA. XLA says: {first}"
+        why = (
+            "A TPU step must compile with XLA (Cloud TPU performance guide: models for Cloud TPU "
+            f"are compiled by XLA). XLA says: {first}"
+        )
         fix = "Read XLA's message; compile the step with tf.function(jit_compile=True) to iterate."
     report.findings.append(Finding("xla-compile-failed", "error", what, where, why, fix))
     return explained

@@ -1,4 +1,7 @@
-"""What the readiness check returns: :class:`Finding`, :class:`Report` and :class:`NotReady`."""
+"""What the readiness check returns: :class:`Finding`, :class:`Report` and :class:`NotReady`.
+
+Part of the readiness check, notebook 10.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-SEVERITIES = ("error", "warning", "note")
+__all__ = ["SEVERITIES", "Finding", "NotReady", "Report"]
+
+SEVERITIES = ("error", "warning", "note")  # error: fails on a TPU; warning: slow or wrong; note
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: what, where, why it matters on a TPU, and the fix."""
+    """One problem: what, where, why it matters on a TPU, and the fix (notebook 10)."""
 
     code: str
     severity: str
@@ -27,12 +32,12 @@ class Finding:
 
 
 class NotReady(AssertionError):
-    """Raised by :meth:`Report.assert_clean`; the message lists the problems."""
+    """Raised by :meth:`Report.assert_clean`; the message lists the problems (notebook 10)."""
 
 
 @dataclass
 class Report:
-    """The findings of :func:`check`, printable as text and shown as a table in notebooks."""
+    """The findings of :func:`check`: text when printed, a table in a notebook (notebook 10)."""
 
     findings: list[Finding] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
