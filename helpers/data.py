@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers import batches
+
 MNIST_HOST = ("storage.googleapis.com", 443)  # where keras.datasets.mnist downloads from
 
 
@@ -98,26 +100,6 @@ def _digits(test_fraction: float = 0.2, seed: int = 0) -> ImageData:
     return ImageData("digits", images[train], labels[train], images[test], labels[test])
 
 
-def per_replica_batch(global_batch_size: int, replicas: int) -> int:
-    """Split a global batch over ``replicas``; raise a clear error when it does not divide.
-
-    On a TPU every replica must get the same static batch; a global batch that the replica count
-    does not divide cannot be split evenly. Taught in notebook 03.
-    """
-    for label, value in (("global_batch_size", global_batch_size), ("replicas", replicas)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
-    if global_batch_size % replicas:
-        lower = global_batch_size // replicas * replicas
-        upper = lower + replicas
-        suggestion = f"{upper}" if lower == 0 else f"{lower} or {upper}"
-        raise ValueError(
-            f"global batch {global_batch_size} does not split over {replicas} replicas; "
-            f"use a multiple of {replicas}, e.g. {suggestion} (per-replica batch x replicas)."
-        )
-    return global_batch_size // replicas
-
-
 def make_dataset(
     x: np.ndarray,
     y: np.ndarray,
@@ -134,7 +116,7 @@ def make_dataset(
     """
     import tensorflow as tf
 
-    per_replica_batch(global_batch_size, replicas)
+    batches.split_batch(global_batch_size, replicas)
     if len(x) < global_batch_size:
         raise ValueError(
             f"only {len(x)} examples for a global batch of {global_batch_size}: "

@@ -1,7 +1,6 @@
 """Keras ``compile``/``fit`` on a distribution strategy: the choices that depend on it (notebook 03).
 
-- :func:`plan_batch`: global batch = per-replica batch x replicas, checked against the TPU's
-  tiles of 8 x 128;
+- the global batch itself: :mod:`helpers.batches` (``plan_batch``);
 - :func:`scaled_learning_rate`: the learning rate grows with the global batch;
 - :func:`steps_per_execution_for`: how many steps ``fit`` may run per call on *this* strategy;
 - :func:`whole_executions`: an epoch's steps as a whole number of those calls (Keras rounds up);
@@ -20,7 +19,6 @@ from typing import NamedTuple
 import numpy as np
 
 from helpers import timing
-from helpers.tpu_facts import BATCH_FOR_MXU, TILE_ROWS, round_up
 
 # Reproduced on this project's machines with TF 2.19.1 and 2.21.0, Keras 3.8 to 3.15: under a
 # MirroredStrategy whose cross-device ops are collective all-reduces (its default), Keras' fit
@@ -32,78 +30,6 @@ COLLECTIVE_SPE_FAILURE = (
     "all-reduce ops inside its multi-step loop ('You must feed a value for placeholder tensor')"
 )
 _LOOP_SAFE_CROSS_DEVICE_OPS = ("ReductionToOneDevice", "HierarchicalCopyAllReduce")
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """How a global batch splits over the replicas, and what a TPU core makes of its share."""
-
-    per_replica: int
-    replicas: int
-
-    @property
-    def global_batch(self) -> int:
-        return self.per_replica * self.replicas
-
-    @property
-    def padded_per_replica(self) -> int:
-        """The rows a TPU core really computes: the per-replica batch rounded up to 8."""
-        return round_up(self.per_replica, TILE_ROWS)
-
-    @property
-    def wasted_fraction(self) -> float:
-        """Share of each core's rows that are padding (0 when the batch is a multiple of 8)."""
-        return 1 - self.per_replica / self.padded_per_replica
-
-    @property
-    def advice(self) -> str:
-        if self.per_replica % BATCH_FOR_MXU == 0:
-            return f"a multiple of {BATCH_FOR_MXU}: fills the TPU's matrix unit"
-        if self.per_replica % TILE_ROWS == 0:
-            return (
-                f"a multiple of {TILE_ROWS}: no padding, but {BATCH_FOR_MXU} per core would "
-                "fill the matrix unit (fine when the dataset is small)"
-            )
-        return (
-            f"not a multiple of {TILE_ROWS}: a TPU core pads it to {self.padded_per_replica} "
-            f"rows and throws {self.wasted_fraction:.0%} of its work away"
-        )
-
-    @property
-    def tiled(self) -> BatchPlan:
-        """The same plan with the per-replica batch rounded up to whole tiles of 8 rows."""
-        return BatchPlan(self.padded_per_replica, self.replicas)
-
-    @staticmethod
-    def replica_shares(global_batch: int, replicas: int) -> list[int]:
-        """How ``tf.distribute`` splits a global batch over the replicas, replica by replica.
-
-        Every replica but the last ones gets ``ceil(global_batch / replicas)`` examples, the rest
-        go to the next one and the others get none (checked against a real split in the tests):
-        100 over 8 replicas is 13 x 7 and 9, 1 over 8 is 1 and 0 x 7.
-        """
-        share = -(-global_batch // replicas)
-        return [min(share, max(0, global_batch - i * share)) for i in range(replicas)]
-
-    def __str__(self) -> str:
-        return (
-            f"{self.per_replica} per replica x {self.replicas} "
-            f"replica{'s' if self.replicas != 1 else ''} = global batch "
-            f"{self.global_batch}; per replica {self.advice}"
-        )
-
-
-def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
-    """Describe the global batch ``per_replica_batch x replicas`` (notebook 03).
-
-    ``fit`` takes the *global* batch and gives each replica an equal share. A TPU core works on
-    tiles of 8 x 128: a per-replica batch that is not a multiple of 8 is padded (wasted work), and
-    128 rows per core fill the matrix unit. The advice says which case applies.
-    """
-    for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
-    return BatchPlan(int(per_replica_batch), int(replicas))
 
 
 def scaled_learning_rate(

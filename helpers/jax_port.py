@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from helpers import loops, runtime
-from helpers.data import per_replica_batch
+from helpers.batches import per_replica_batch
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 

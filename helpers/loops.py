@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from helpers.batches import per_replica_batch
+
 
 def build_optimizer(strategy, optimizer, model):
     """Create the optimizer's slot variables inside ``strategy.scope()`` now, not lazily.
@@ -148,8 +150,6 @@ def predict(strategy, model, x: np.ndarray, global_batch_size: int) -> np.ndarra
     order, which is the order of the global batch). Taught in notebook 04.
     """
     import tensorflow as tf
-
-    from helpers.data import per_replica_batch
 
     per_replica_batch(global_batch_size, strategy.num_replicas_in_sync)
     x = np.asarray(x)
@@ -322,8 +322,6 @@ def check_replica_equivalence(
     rounding. Returns an :class:`Equivalence`; call ``.check()`` on it to raise on a mismatch.
     Taught in notebook 04.
     """
-    from helpers.data import per_replica_batch
-
     reference = reference or reference_strategy()
     make_optimizer = make_optimizer or _default_optimizer
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import models, processes
+from helpers import batches, models, processes
 from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
 
 LOOPBACK = "127.0.0.1"
@@ -441,10 +441,7 @@ def train_on_loopback(
     """
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length: {len(x)} vs {len(y)}")
-    if global_batch_size % num_workers:
-        raise ValueError(
-            f"global batch {global_batch_size} does not split over {num_workers} workers"
-        )
+    batches.split_batch(global_batch_size, num_workers, over="worker")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="multiworker-") as tmp:
         data_path = Path(tmp) / "data.npz"

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import data, loops, models, processes
+from helpers import batches, data, loops, models, processes
 
 __all__ = [
     "CRASH_IN",
@@ -143,7 +143,7 @@ class RunConfig:
 
     @property
     def global_batch(self) -> int:
-        return self.per_replica_batch * self.replicas
+        return batches.plan_batch(self.per_replica_batch, self.replicas).global_batch
 
     @property
     def save_interval(self) -> int:

@@ -1,7 +1,7 @@
 """TPU hardware facts as Google publishes them, in one place (notebooks 00, 03, 07, 10).
 
 The tiles a TPU core computes in and the batch that fills its matrix unit (Cloud TPU performance
-guide), which ``fitting.plan_batch`` and the readiness checks measure against; each generation's
+guide), which ``batches.plan_batch`` and the readiness checks measure against; each generation's
 published peak, memory and devices per chip, which the self-test and the slices of
 ``helpers.topology`` use.
 """

@@ -55,24 +55,6 @@ def test_max_train_and_unknown_dataset():
         data.load_images("cifar")
 
 
-@pytest.mark.parametrize(("batch", "replicas", "per"), [(64, 8, 8), (1024, 8, 128), (7, 1, 7)])
-def test_per_replica_batch(batch, replicas, per):
-    assert data.per_replica_batch(batch, replicas) == per
-
-
-def test_indivisible_batch_names_the_nearest_valid_sizes():
-    with pytest.raises(ValueError, match=r"use a multiple of 8, e\.g\. 96 or 104"):
-        data.per_replica_batch(100, 8)
-    with pytest.raises(ValueError, match=r"e\.g\. 8 \("):
-        data.per_replica_batch(3, 8)
-
-
-@pytest.mark.parametrize(("batch", "replicas"), [(0, 8), (64, 0), (-8, 8), (64.0, 8), (True, 1)])
-def test_invalid_sizes_are_rejected(batch, replicas):
-    with pytest.raises(ValueError, match="positive integer"):
-        data.per_replica_batch(batch, replicas)
-
-
 def test_make_dataset_has_static_batch_shape():
     images = data.load_images("digits")
     ds = data.make_dataset(images.x_train, images.y_train, 64, replicas=8)

@@ -12,37 +12,6 @@ from helpers import fitting
 NO_TPU = {"ISTPUVM": None, "TPU_NAME": None, "TPU_ACCELERATOR_TYPE": None}
 
 
-# ----------------------------------------------------------------------------- plan_batch
-def test_plan_batch_multiplies_and_judges_the_tiles():
-    full = fitting.plan_batch(128, 8)
-    assert full.global_batch == 1024 and full.wasted_fraction == 0
-    assert "fills" in full.advice and "x 8 replicas = global batch 1024" in str(full)
-    assert "x 1 replica = global batch 128" in str(fitting.plan_batch(128, 1))
-
-    small = fitting.plan_batch(16, 8)
-    assert small.global_batch == 128 and small.padded_per_replica == 16
-    assert "no padding" in small.advice
-
-    odd = fitting.plan_batch(12, 4)
-    assert odd.padded_per_replica == 16
-    assert odd.wasted_fraction == pytest.approx(0.25)
-    assert "pads it to 16" in odd.advice and "25%" in odd.advice
-
-
-@pytest.mark.parametrize(
-    ("per_replica", "replicas", "name"),
-    [
-        (0, 8, "per_replica_batch"),
-        (16, 0, "replicas"),
-        (16.0, 8, "per_replica_batch"),
-        (True, 8, "per_replica_batch"),
-    ],
-)
-def test_plan_batch_rejects_bad_sizes(per_replica, replicas, name):
-    with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
-        fitting.plan_batch(per_replica, replicas)
-
-
 # ------------------------------------------------------------------- scaled_learning_rate
 def test_learning_rate_scales_linearly_or_by_square_root():
     assert fitting.scaled_learning_rate(1e-3, 256) == pytest.approx(1e-3)

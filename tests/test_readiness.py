@@ -17,7 +17,7 @@ keras = pytest.importorskip("keras")
 
 import readiness_public_cases  # noqa: E402  (tests/, on the path as conftest is)
 
-from helpers import data, fitting, models, readiness  # noqa: E402
+from helpers import batches, data, models, readiness  # noqa: E402
 
 N = 512  # examples: enough for a few batches, quick to build
 
@@ -211,21 +211,21 @@ def test_per_replica_batch_not_a_multiple_of_8_costs_padding(digits):
     x, y = digits
     report = readiness.check(flat_dataset(x, y, 96), replicas=8)  # 12 per replica
     (finding,) = report.find("batch-tiles")
-    # The words are fitting.plan_batch's (notebook 03), not the check's own.
-    assert str(fitting.plan_batch(12, 8)) in finding.why
+    # The words are batches.plan_batch's (notebook 03), not the check's own.
+    assert str(batches.plan_batch(12, 8)) in finding.why
     assert "pads it to 16 rows" in finding.why and "25%" in finding.why
-    assert str(fitting.plan_batch(16, 8)) in finding.fix
+    assert str(batches.plan_batch(16, 8)) in finding.fix
     good = readiness.check(flat_dataset(x, y, 128), replicas=8)  # 16 per replica
     assert "batch-tiles" not in good.codes and good.clean
     assert good.find("small-batch")[0].severity == "note"  # below 128: a note, not a problem
 
 
 def test_batch_plan_shares_and_tiles():
-    assert fitting.BatchPlan.replica_shares(100, 8) == [13] * 7 + [9]
-    assert fitting.BatchPlan.replica_shares(1, 8) == [1] + [0] * 7
-    assert fitting.BatchPlan.replica_shares(64, 8) == [8] * 8
-    assert fitting.plan_batch(25, 8).tiled == fitting.plan_batch(32, 8)
-    assert fitting.plan_batch(128, 1).tiled.per_replica == 128
+    assert batches.BatchPlan.replica_shares(100, 8) == [13] * 7 + [9]
+    assert batches.BatchPlan.replica_shares(1, 8) == [1] + [0] * 7
+    assert batches.BatchPlan.replica_shares(64, 8) == [8] * 8
+    assert batches.plan_batch(25, 8).tiled == batches.plan_batch(32, 8)
+    assert batches.plan_batch(128, 1).tiled.per_replica == 128
 
 
 def test_prefetch_note_sees_through_with_options(digits):

@@ -32,7 +32,7 @@ dataset (from ``dataset.element_spec``, without reading any data)
     ``host-dtype``       strings, variants, complex128: types a TPU cannot hold
     ``float64``          float64 inputs, weights or step operations
     ``uneven-split``     global batch not divisible by the replica count (as tf.distribute
-                         splits it; helpers.fitting.BatchPlan describes every batch)
+                         splits it; helpers.batches.BatchPlan describes every batch)
     ``batch-tiles``      per-replica batch not a multiple of 8 (padding cost estimated)
     ``small-batch``      note: per-replica batch below 128
     ``no-prefetch``      note: the pipeline does not end with ``prefetch``

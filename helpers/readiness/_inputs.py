@@ -2,13 +2,12 @@
 
 When the spec's batch dimension is None, the batch size comes from the pipeline's batch op
 (``_pipeline.batching``) and the split, tile and small-batch checks run on it. The batch itself is
-described by :class:`helpers.fitting.BatchPlan` (notebook 03), rendered here, never recomputed.
+described by :class:`helpers.batches.BatchPlan` (notebook 03), rendered here, never recomputed.
 """
 
 from __future__ import annotations
 
-from helpers.data import per_replica_batch
-from helpers.fitting import BatchPlan, plan_batch
+from helpers.batches import BatchPlan, per_replica_batch, plan_batch
 from helpers.readiness._pipeline import Batching, batching
 from helpers.readiness.report import Finding, Report
 from helpers.tpu_facts import BATCH_FOR_MXU, FLOAT64_WHY, HOST_ONLY_DTYPES, TILE_ROWS
@@ -301,7 +300,7 @@ def _check_batch(
                 "(a replica can get none), so the per-replica shape differs between replicas "
                 "and their work is unequal. How TPUStrategy compiles such a batch (its dynamic "
                 "padder) is unverified on hardware.",
-                f"{str(err)[0].upper()}{str(err)[1:]} helpers.data.per_replica_batch checks it.",
+                f"{str(err)[0].upper()}{str(err)[1:]} helpers.batches.split_batch checks it.",
             )
         )
         return

@@ -1,0 +1,115 @@
+"""The global batch and its split over replicas: the one place that does this arithmetic.
+
+global batch = per-replica batch x replicas. Every replica must get the same static batch, and a
+TPU core computes in tiles of 8 rows (128 fill its matrix unit), so :class:`BatchPlan` says what a
+per-replica batch costs on a TPU. ``helpers.fitting``, ``helpers.data``, the custom loops, the
+worker programs, Keras on JAX and the readiness check all use it. Taught in notebooks 01 and 03.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from helpers.tpu_facts import BATCH_FOR_MXU, TILE_ROWS, round_up
+
+__all__ = ["BatchPlan", "per_replica_batch", "plan_batch", "split_batch"]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How a global batch splits over the replicas, and what a TPU core makes of its share."""
+
+    per_replica: int
+    replicas: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.per_replica * self.replicas
+
+    @property
+    def padded_per_replica(self) -> int:
+        """The rows a TPU core really computes: the per-replica batch rounded up to 8."""
+        return round_up(self.per_replica, TILE_ROWS)
+
+    @property
+    def wasted_fraction(self) -> float:
+        """Share of each core's rows that are padding (0 when the batch is a multiple of 8)."""
+        return 1 - self.per_replica / self.padded_per_replica
+
+    @property
+    def advice(self) -> str:
+        if self.per_replica % BATCH_FOR_MXU == 0:
+            return f"a multiple of {BATCH_FOR_MXU}: fills the TPU's matrix unit"
+        if self.per_replica % TILE_ROWS == 0:
+            return (
+                f"a multiple of {TILE_ROWS}: no padding, but {BATCH_FOR_MXU} per core would "
+                "fill the matrix unit (fine when the dataset is small)"
+            )
+        return (
+            f"not a multiple of {TILE_ROWS}: a TPU core pads it to {self.padded_per_replica} "
+            f"rows and throws {self.wasted_fraction:.0%} of its work away"
+        )
+
+    @property
+    def tiled(self) -> BatchPlan:
+        """The same plan with the per-replica batch rounded up to whole tiles of 8 rows."""
+        return BatchPlan(self.padded_per_replica, self.replicas)
+
+    @staticmethod
+    def replica_shares(global_batch: int, replicas: int) -> list[int]:
+        """How ``tf.distribute`` splits a global batch over the replicas, replica by replica.
+
+        Every replica but the last ones gets ``ceil(global_batch / replicas)`` examples, the rest
+        go to the next one and the others get none (checked against a real split in the tests):
+        100 over 8 replicas is 13 x 7 and 9, 1 over 8 is 1 and 0 x 7.
+        """
+        share = -(-global_batch // replicas)
+        return [min(share, max(0, global_batch - i * share)) for i in range(replicas)]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.per_replica} per replica x {self.replicas} "
+            f"replica{'s' if self.replicas != 1 else ''} = global batch "
+            f"{self.global_batch}; per replica {self.advice}"
+        )
+
+
+def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
+    """Describe the global batch ``per_replica_batch x replicas``. Taught in notebook 03.
+
+    ``fit`` takes the *global* batch and gives each replica an equal share. A TPU core works on
+    tiles of 8 x 128: a per-replica batch that is not a multiple of 8 is padded (wasted work), and
+    128 rows per core fill the matrix unit. The advice says which case applies.
+    """
+    for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    return BatchPlan(int(per_replica_batch), int(replicas))
+
+
+def split_batch(global_batch_size: int, replicas: int, *, over: str = "replica") -> BatchPlan:
+    """The plan of a global batch split evenly over ``replicas``; a clear error when it cannot.
+
+    On a TPU every replica must get the same static batch, so a global batch that the replica
+    count does not divide is refused, with the nearest sizes that work. ``over`` names what it is
+    split over in the message ("worker", "device"). Taught in notebook 03.
+    """
+    for label, value in (("global_batch_size", global_batch_size), (f"{over}s", replicas)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    if global_batch_size % replicas:
+        lower = global_batch_size // replicas * replicas
+        upper = lower + replicas
+        suggestion = f"{upper}" if lower == 0 else f"{lower} or {upper}"
+        raise ValueError(
+            f"global batch {global_batch_size} does not split over {replicas} {over}s; "
+            f"use a multiple of {replicas}, e.g. {suggestion} (per-{over} batch x {over}s)."
+        )
+    return BatchPlan(int(global_batch_size // replicas), int(replicas))
+
+
+def per_replica_batch(global_batch_size: int, replicas: int) -> int:
+    """Each replica's share of a global batch (:func:`split_batch`). Taught in notebook 01."""
+    return split_batch(global_batch_size, replicas).per_replica
