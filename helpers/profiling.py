@@ -3,34 +3,64 @@
 The TensorBoard profiler writes one ``<host>.xplane.pb`` file per capture: every TensorFlow
 op, every ``tf.data`` stage and every ``tf.function`` call, with its start and duration, on
 every thread of the host. This module turns that file into a handful of numbers a reader can
-act on, and :func:`diagnose` turns the numbers into one of four verdicts:
+act on, and :func:`diagnose` turns the numbers into one of five verdicts:
 
 - :func:`capture` profiles the block it wraps (``tf.profiler.experimental.start``/``stop``);
   :func:`step` marks one training step in it, the marker the profiler's tools look for;
   :func:`profile_calls` does both for a few calls of a function and extracts the result;
 - :func:`extract` reads the ``.xplane.pb`` into a small JSON-ready dict (kilobytes, not
-  megabytes), and :func:`summarize` computes from that dict only: the share of each step spent
-  waiting for input, the share in which ops were computing, training steps per call, the
-  ``tf.function`` calls that traced, the op types and ``tf.data`` stages that took the time;
-- :func:`diagnose` says "retracing", "input-bound", "host-overhead" or "healthy" from a
-  :class:`ProfileSummary` alone, with the numbers that decided it;
+  megabytes), and :func:`summarize` computes from that dict only: the share of each call spent
+  waiting for input, the share in which ops were computing, the rest (the host's own work),
+  training steps per call, the ``tf.function`` calls that traced, the op types and ``tf.data``
+  stages that took the time;
+- :func:`diagnose` says "retracing", "input-bound", "host-overhead", "compute-bound" or
+  "healthy" from a :class:`ProfileSummary` alone, with the numbers that decided it; its
+  thresholds are the named constants below, justified in its docstring;
 - :func:`profiler_tool` runs one of the profiler's own analyses (the XProf package's
   converters, e.g. ``"input_pipeline_analyzer"``) on the same file, as TensorBoard would.
 
-The extracted dict is what the unit tests record, so the readers are tested on a real trace.
+The extracted dict is what the unit tests record, so the readers are tested on real traces.
+TensorFlow (and XProf) are imported inside the functions that need them, so that
+``import helpers`` stays fast and works where TensorFlow is missing (see ``helpers``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import logging
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from helpers import quiet, timing
+
+__all__ = [
+    "FIXES",
+    "HEALTHY_HOST_SHARE",
+    "HEALTHY_INPUT_SHARE",
+    "HOST_BOUND_SHARE",
+    "HOST_WORK_IN_STEPS_FIX",
+    "INPUT_BOUND_SHARE",
+    "STEP_EVENT",
+    "Diagnosis",
+    "NoStepMarkers",
+    "ProfileSummary",
+    "capture",
+    "diagnose",
+    "extract",
+    "profile_calls",
+    "profiler_tool",
+    "retracing_warning_hidden",
+    "step",
+    "summarize",
+]
+
 # The step marker: a TraceMe of this name with a step_num stat is a step to the profiler's tools.
+# Taught in notebook 11.
 STEP_EVENT = "train"
 # Events that are the host or a replica waiting for the next batch of a tf.data iterator.
 _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIteratorGetNext")
@@ -38,9 +68,12 @@ _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIterator
 _BATCH_EVENT = re.compile(r"^(IteratorGetNextOp::DoCompute|GetNextFromShard0)$")
 # An op execution on a compute thread is named "<node name>:<op type>".
 _OP_EVENT = re.compile(r"^(?P<node>[^:]+):(?P<type>[A-Za-z0-9_]+)$")
-# Thresholds of :func:`diagnose`, shares of the step time. See its docstring.
-INPUT_BOUND_SHARE = 0.2
-HOST_OVERHEAD_STEPS_PER_CALL = 1
+# The lines :func:`diagnose` draws, as shares (0 to 1); its docstring says why each is where it
+# is. Taught in notebook 11.
+INPUT_BOUND_SHARE = 0.20  # input waits, of the call's time
+HOST_BOUND_SHARE = 0.40  # the host's own work, of the call's time not spent waiting for input
+HEALTHY_INPUT_SHARE = 0.05  # "healthy" needs input waits below this share of the call
+HEALTHY_HOST_SHARE = 0.15  # and host work below this share of the time not waiting for input
 
 
 @contextlib.contextmanager
@@ -49,7 +82,7 @@ def capture(logdir: str | os.PathLike) -> Iterator[dict]:
 
     Keep the block short (a few steps, a second or two): the file grows with every op run.
     ``"xplane"`` is the path of the ``.xplane.pb`` written, the file every other function here
-    and TensorBoard's Profile tab read (``tensorboard --logdir <logdir>``).
+    and TensorBoard's Profile tab read (``tensorboard --logdir <logdir>``). Taught in notebook 11.
     """
     import tensorflow as tf
 
@@ -78,10 +111,8 @@ def profile_calls(
     step ends when the work does. Run it once before, so the profile holds no first trace.
     ``warmup`` calls run just before the capture, unrecorded: they use up the batches that
     prefetch buffers filled while the program did something else, which would hide waits.
-    Returns ``(xplane path, extract(xplane path))``.
+    Returns ``(xplane path, extract(xplane path))``. Taught in notebook 11.
     """
-    from helpers import timing
-
     for i in range(warmup):
         timing.fetch(call(-1 - i))
     for attempt in (1, 2):
@@ -106,7 +137,10 @@ def _xplanes(logdir: str) -> list[str]:
 
 
 def step(number: int):
-    """Mark one training step (a context manager), so the trace knows where steps begin and end."""
+    """Mark one training step (a context manager), so the trace knows where steps begin and end.
+
+    Taught in notebook 11.
+    """
     import tensorflow as tf
 
     return tf.profiler.experimental.Trace(STEP_EVENT, step_num=int(number), _r=1)
@@ -117,7 +151,8 @@ def retracing_warning_hidden():
     """Hide TensorFlow's "triggered tf.function retracing" warning for the ``with`` block.
 
     The lesson finds retracing in the profile; the warning would give the answer away (and it
-    appears only after five retraces in a row, so it is no substitute for a profile).
+    appears only after five retraces in a row, so it is no substitute for a profile). Taught in
+    notebook 11.
     """
     logger = logging.getLogger("tensorflow")
     previous = logger.level
@@ -129,7 +164,11 @@ def retracing_warning_hidden():
 
 
 class NoStepMarkers(ValueError):
-    """A profile without the ``step()`` markers that say where each training step begins."""
+    """A profile without the ``step()`` markers that say where each training step begins.
+
+    Raised by :func:`extract`; :func:`profile_calls` takes the profile again once. Taught in
+    notebook 11.
+    """
 
 
 def _xplane_proto():
@@ -144,7 +183,8 @@ def extract(xplane_path: str | os.PathLike) -> dict:
     """Read a ``.xplane.pb`` into the small dict :func:`summarize` works on (JSON-ready).
 
     Times are in microseconds from the first step marker. Only the host plane is read (on a
-    CPU or GPU host the ops run there; a TPU's own planes are not read here).
+    CPU or GPU host the ops run there; a TPU's own planes are not read here). Taught in
+    notebook 11.
     """
     proto = _xplane_proto().XSpace()
     with open(xplane_path, "rb") as f:
@@ -252,34 +292,60 @@ def _covered(intervals: list, start: float, end: float) -> float:
 
 @dataclass(frozen=True)
 class ProfileSummary:
-    """What a profile says about the steps it recorded (times in milliseconds, shares 0-1)."""
+    """What a profile says about the calls it recorded (times in milliseconds, shares 0 to 1).
 
-    steps: int
-    mean_step_ms: float
-    input_share: float  # of step time, the host or a replica waited for the next batch
-    compute_share: float  # of step time, at least one op was computing
-    batches_per_step: float  # training steps run inside one marked step (one call)
+    One recorded call is one marked step: one call of the training function, which may run
+    several training steps. Returned by :func:`summarize`; taught in notebook 11.
+    """
+
+    steps: int  # profiled calls (marked steps)
+    mean_step_ms: float  # wall time of one call
+    input_share: float  # of the call's time, the host or a replica waited for the next batch
+    compute_share: float  # of the call's time, at least one op was computing (not waiting)
+    batches_per_step: float  # training steps run inside one call, counted from batches taken
     retraced_calls: int  # tf.function calls inside the profile that traced a new graph
     # ms summed over every thread and every recorded call, so they can exceed the wall time
     slowest_ops: dict[str, float] = field(default_factory=dict)  # op type -> ms
     data_stages: dict[str, float] = field(default_factory=dict)  # tf.data stage -> ms
 
     @property
-    def other_share(self) -> float:
-        """The rest of the step: neither waiting for input nor computing (host work, dispatch)."""
+    def host_share(self) -> float:
+        """The rest of the call: no op computing and no input wait, so the host's own work
+        (Python, tracing, launching the call and each of its ops)."""
         return max(0.0, 1.0 - self.input_share - self.compute_share)
+
+    @property
+    def host_ms_per_call(self) -> float:
+        """The host's own work in each call, in milliseconds."""
+        return self.host_share * self.mean_step_ms
+
+    @property
+    def host_share_without_input(self) -> float:
+        """The host's share of the time a call did not wait for input: its share of the call
+        once the input is fixed. :func:`diagnose` decides host overhead from it."""
+        working = 1.0 - self.input_share
+        return self.host_share / working if working > 0 else 0.0
+
+    @property
+    def ms_per_training_step(self) -> float:
+        """Wall time per training step: the call's time over the steps it ran (nan if none)."""
+        return self.mean_step_ms / self.batches_per_step if self.batches_per_step else math.nan
 
     def __str__(self) -> str:
         return (
-            f"{self.steps} profiled calls of {self.mean_step_ms:.1f} ms: input {self.input_share:.0%}, "
-            f"compute {self.compute_share:.0%}, other {self.other_share:.0%}; "
+            f"{self.steps} profiled calls of {self.mean_step_ms:.1f} ms: input "
+            f"{self.input_share:.0%}, compute {self.compute_share:.0%}, host "
+            f"{self.host_share:.0%} ({self.host_ms_per_call:.1f} ms per call); "
             f"{self.batches_per_step:g} training step(s) per call; "
             f"{self.retraced_calls} call(s) traced"
         )
 
 
 def summarize(extracted: Mapping) -> ProfileSummary:
-    """Compute a :class:`ProfileSummary` from the dict :func:`extract` returns."""
+    """Compute a :class:`ProfileSummary` from the dict :func:`extract` returns.
+
+    Taught in notebook 11.
+    """
     steps = extracted["steps"]
     if not steps:
         raise ValueError("the profile has no steps")
@@ -323,14 +389,14 @@ def _intersect(first: list, second: list) -> list:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """A verdict of :func:`diagnose` and the numbers that decided it."""
+    """A verdict of :func:`diagnose` and the numbers that decided it. Taught in notebook 11."""
 
-    verdict: str  # "retracing", "input-bound", "host-overhead" or "healthy"
-    reason: str
+    verdict: str  # "retracing", "input-bound", "host-overhead", "compute-bound" or "healthy"
+    reason: str  # the numbers that decided it
     fix: str
-    # Every problem whose condition holds, the verdict first: on a simulated TPU the input
-    # pipeline and the replicas share the CPU, so a run can wait for input and pay host
-    # overhead at once.
+    # Every problem whose line was crossed, the verdict first (empty for "compute-bound" and
+    # "healthy"): on a simulated TPU the input pipeline and the replicas share the CPU, so a run
+    # can wait for input and pay host overhead at once.
     findings: tuple[str, ...] = ()
 
     def __str__(self) -> str:
@@ -340,55 +406,111 @@ class Diagnosis:
         )
 
 
+# What to do about each verdict. Taught in notebook 11.
 FIXES = {
-    "retracing": "pass values that change as tensors (tf.constant), not Python numbers",
-    "input-bound": "parallel map, cache, prefetch and vectorise the tf.data pipeline (notebook 06)",
+    "retracing": "pass values that change as tensors (tf.constant), not Python numbers, and keep "
+    "shapes static: drop_remainder=True, pad to fixed lengths (padded_shapes), or give the "
+    "tf.function an input_signature with None where a size really changes",
+    "input-bound": "parallel map, cache, prefetch and vectorise the tf.data pipeline (notebook "
+    "06), and keep Python (tf.py_function, from_generator) out of it (notebook 10)",
     "host-overhead": "run many steps per call: steps_per_execution in fit (notebook 03), "
     "a tf.range loop in one tf.function (notebook 04)",
-    "healthy": "nothing to fix in this profile; look at the slowest ops next",
+    "compute-bound": "the ops are the limit, so more steps per call would gain little: start "
+    "with the slowest op types, then bfloat16 (notebook 05), a per-replica batch and layer "
+    "widths in multiples of 128 that fill the TPU's matrix tiles (notebook 10)",
+    "healthy": "nothing outside the ops to fix in this profile; for more speed, the ops "
+    "themselves: the slowest op types, bfloat16 (notebook 05), tile-filling sizes (notebook 10)",
 }
+# The host-overhead fix when each call already runs several training steps. Taught in notebook 11.
+HOST_WORK_IN_STEPS_FIX = (
+    "each call already runs several training steps, so the host's work is inside them "
+    "(launching every op on every replica, Python in the step): give each op more work with a "
+    "larger per-replica batch and keep Python out of the step; on a TPU, XLA compiles the whole "
+    "step into one program, so profile there before acting (unverified on hardware)"
+)
 
 
 def diagnose(summary: ProfileSummary) -> Diagnosis:
-    """Decide what limits the profiled steps from the numbers of ``summary`` only.
+    """Decide what limits the profiled calls from the numbers of ``summary`` only.
 
-    The verdict is the first that holds, in this order; ``findings`` lists every one that holds:
+    Three problems each have a line; ``findings`` lists every one crossed, the verdict first:
 
     1. **retracing**: more than one ``tf.function`` call traced inside the profile (a warm
-       run traces nothing; one trace can be a first call);
-    2. **input-bound**: the steps waited for input for at least ``INPUT_BOUND_SHARE`` of their
-       time;
-    3. **host-overhead**: each call ran no more than ``HOST_OVERHEAD_STEPS_PER_CALL`` training
-       step (counted from the batches the calls took): the host prepares and launches every
-       call, a cost paid once per call, so one step per call pays it for every step. On a TPU
-       the profile also shows the chip idle between calls; on a simulated TPU host and "device"
-       share the CPU, so the step count per call is the evidence left;
-    4. **healthy** otherwise.
+       run traces nothing; one trace can be a first call). Tracing is host work, so such a run
+       also crosses the host line; the traces are its cause, so this verdict comes first.
+    2. **input-bound**: input waits took at least ``INPUT_BOUND_SHARE`` (20%) of each call.
+       20% is where XProf's input pipeline analysis calls a step "highly input-bound"
+       (openxla/xprof, ``xprof/convert/op_stats_to_input_pipeline_analysis.cc``), and the fixes
+       change the pipeline only, not the model.
+    3. **host-overhead**: the host's own work in each call (time in which no op computed and
+       nothing waited for input) took at least ``HOST_BOUND_SHARE`` (40%) of the call's time
+       not spent waiting for input, i.e. of the call once the input is fixed. Removing work of
+       that share would make a call at most 1 / (1 - 0.4), about 1.7x, faster: the order of
+       what many steps per call gain in notebook 04. Below the line the ops take the larger
+       part. The line also keeps clear of what the simulated TPU pays in every run, busy or
+       not: launching each op on 8 replicas took 20% and 33% of the time not waiting for input
+       in the busy runs of ``tests/data/profiles.json`` (``busy_one_step``, ``many_steps``),
+       21% to 35% in other recordings. Where the line lies on a TPU is unverified on
+       hardware. The training steps per call do not decide this verdict; they choose its fix:
+       one step per call, run many; several already, :data:`HOST_WORK_IN_STEPS_FIX`.
+
+    When input-bound and host-overhead both hold, the verdict is the one that takes the larger
+    share of the call: removing it saves more. When none holds, the ops took at least
+    (1 - 0.2) x (1 - 0.4) = 48% of each call, the largest part, and the verdict says how busy:
+
+    4. **healthy**: input waits under ``HEALTHY_INPUT_SHARE`` (5%, XProf's line for "moderately
+       input-bound") and host work under ``HEALTHY_HOST_SHARE`` (15% of the time not waiting,
+       XProf's line for a step "highly" bound by "All Others" time, where Python overhead
+       shows): nothing outside the ops is left to fix;
+    5. **compute-bound** otherwise: the ops are the limit, with some input or host time left;
+       the slowest op types (``summary.slowest_ops``) are the next place to look.
+
+    Taught in notebook 11.
     """
     s = summary
-    holds = {
-        "retracing": s.retraced_calls > 1,
+    shares = {"input-bound": s.input_share, "host-overhead": s.host_share}
+    crossed = {
         "input-bound": s.input_share >= INPUT_BOUND_SHARE,
-        "host-overhead": s.batches_per_step <= HOST_OVERHEAD_STEPS_PER_CALL,
+        "host-overhead": s.host_share_without_input >= HOST_BOUND_SHARE,
     }
-    findings = tuple(name for name, held in holds.items() if held)
+    # Largest share first; on a tie input comes first (its fixes leave the model alone).
+    problems = sorted((name for name, held in crossed.items() if held), key=lambda n: -shares[n])
     if s.retraced_calls > 1:
-        verdict, reason = "retracing", f"{s.retraced_calls} of {s.steps} calls traced a new graph"
-    elif s.input_share >= INPUT_BOUND_SHARE:
-        verdict, reason = "input-bound", f"{s.input_share:.0%} of each step waited for input"
-    elif s.batches_per_step <= HOST_OVERHEAD_STEPS_PER_CALL:
-        verdict, reason = (
-            "host-overhead",
-            f"each call ran {s.batches_per_step:g} training step, so the host's per-call work "
-            f"({s.other_share:.0%} of the time here outside input and ops) is paid every step",
+        problems.insert(0, "retracing")
+    call = f"each {s.mean_step_ms:.1f} ms call"
+    if not problems:
+        small = (
+            s.input_share < HEALTHY_INPUT_SHARE and s.host_share_without_input < HEALTHY_HOST_SHARE
+        )
+        verdict = "healthy" if small else "compute-bound"
+        rest = f"input {s.input_share:.0%}, host {s.host_share:.0%}"
+        ops = ", ".join(f"{name} {ms:.1f} ms" for name, ms in list(s.slowest_ops.items())[:3])
+        reason = f"the ops computed {s.compute_share:.0%} of {call}, " + (
+            f"and the rest is small ({rest})" if small else f"the largest part ({rest})"
+        )
+        if ops:
+            reason += f"; slowest op types (summed over threads and calls): {ops}"
+        return Diagnosis(verdict, reason, FIXES[verdict], ())
+    verdict, fix = problems[0], FIXES[problems[0]]
+    if verdict == "retracing":
+        reason = (
+            f"{s.retraced_calls} of {s.steps} calls traced a new graph; host work took "
+            f"{s.host_share:.0%} of {call}"
+        )
+    elif verdict == "input-bound":
+        reason = (
+            f"{s.input_share:.0%} of {call} waited for input "
+            f"({s.input_share * s.mean_step_ms:.1f} ms); the ops computed {s.compute_share:.0%}"
         )
     else:
-        verdict, reason = (
-            "healthy",
-            f"input {s.input_share:.0%}, compute {s.compute_share:.0%}, "
-            f"{s.batches_per_step:g} training steps per call, no retracing",
+        reason = (
+            f"host work took {s.host_share:.0%} of {call} ({s.host_ms_per_call:.1f} ms, "
+            f"{s.host_share_without_input:.0%} of the time not spent waiting for input), the "
+            f"ops {s.compute_share:.0%}; {s.batches_per_step:g} training step(s) per call"
         )
-    return Diagnosis(verdict, reason, FIXES[verdict], findings)
+        if s.batches_per_step > 1:
+            fix = HOST_WORK_IN_STEPS_FIX
+    return Diagnosis(verdict, reason, fix, tuple(problems))
 
 
 def profiler_tool(xplane_path: str | os.PathLike, tool: str):
@@ -396,13 +518,11 @@ def profiler_tool(xplane_path: str | os.PathLike, tool: str):
 
     ``tool`` is a TensorBoard Profile tab's tool, e.g. ``"input_pipeline_analyzer"``,
     ``"framework_op_stats"`` or ``"overview_page"``. Needs the ``xprof`` package (the
-    profiler behind TensorBoard's Profile tab). Its C++ log lines are dropped.
+    profiler behind TensorBoard's Profile tab). Its C++ log lines are dropped. Taught in
+    notebook 11.
     """
-    import json
-
-    from helpers import quiet
-
     with quiet._captured_stderr():
+        # Here, not at the top: xprof is optional, and its import writes C++ log lines.
         from xprof.convert import _pywrap_profiler_plugin as plugin
 
         raw, ok = plugin.xspace_to_tools_data([os.fspath(xplane_path)], tool, {})

@@ -130,15 +130,16 @@ def test_memory_is_counted_and_weights_stay_float32(quick):
 
 @pytest.mark.slow
 def test_overhead_is_measured_at_the_lessons_workload_and_judged_against_its_target(quick):
-    _, report_, _ = quick
+    _, report_, md = quick
     rows = _rows(report_)
     for key, target in (("overhead_loop", 1.5), ("overhead_fit", 2.5)):
         row = rows[key]
         assert "global batch 1024" in row["setting"], row["setting"]
         assert row["overhead"] == pytest.approx(1 / row["ratio"])
         assert row["target"] == target
+        verdict = report.target_verdict(row)
         met = "meets" if row["overhead"] <= target else "misses"
-        assert f"{met} the target of at most {target:g}x" in row["note"]
+        assert f"{met} the target of at most {target:g}x" in verdict and verdict in md
     tiny = rows["overhead_tiny"]
     assert "global batch 256 (32 per replica)" in tiny["setting"]
     assert "target" not in tiny and "fixed cost" in tiny["note"]
@@ -212,6 +213,36 @@ def test_ratios_read_as_words():
     assert report.format_ratio(0.25, "faster") == "4.00x slower"
     assert report.format_ratio(0.5, "smaller") == "2.00x larger"
     assert report.format_ratio(1.001, "faster") == "1.00x (same)"
+
+
+def test_a_median_whose_pairs_disagree_is_no_verdict():
+    """The README's table once read "**1.07x faster**" beside "0.79x to 1.42x (crosses 1)"."""
+    row = {"ratio": 1.07, "ratio_low": 0.79, "ratio_high": 1.42, "better": "faster"}
+    assert not report.settled(row) and report.settled({**row, "ratio_low": 1.01})
+    assert report.settled({"exact": True})
+    assert report.format_ratio(1.07, "faster", settled=False) == "1.07x faster (unsettled)"
+    assert report.format_ratio(0.9, "faster", settled=False) == "1.11x slower (unsettled)"
+    assert report.format_ratio(1.001, "faster", settled=False) == "1.00x (unsettled)"
+    entry = common.row("x", "t", "s", "b", "c", unit="s/step", baseline_value=1.0, **row)
+    entry.update(candidate_value=0.93, runs=9)
+    line = next(x for x in report.markdown(_report([entry])).splitlines() if x.startswith("| t "))
+    assert "1.07x faster (unsettled)" in line and "**" not in line
+
+
+@pytest.mark.parametrize(
+    ("low", "median", "high", "said"),
+    [
+        (1.2, 1.3, 1.4, "meets the target of at most 1.5x in every pair"),
+        (1.2, 1.4, 1.6, "meets the target of at most 1.5x by the medians, not in every pair"),
+        (1.4, 1.6, 1.7, "misses the target of at most 1.5x by the medians, though some pairs"),
+        (1.6, 1.7, 1.8, "misses the target of at most 1.5x in every pair"),
+    ],
+)
+def test_a_target_is_judged_from_every_pair(low, median, high, said):
+    # overhead = 1 / ratio: the lowest overhead is the highest ratio
+    row = {"target": 1.5, "ratio": 1 / median, "ratio_low": 1 / high, "ratio_high": 1 / low}
+    verdict = report.target_verdict(row)
+    assert said in verdict and f"({low:.2f}x to {high:.2f}x over the pairs)" in verdict
 
 
 def test_spread_of_a_slower_row_is_inverted_in_order():
@@ -300,6 +331,18 @@ def test_worker_reports_a_failing_task_and_runs_the_next(run_python, tmp_path):
     assert "broken on purpose" in out  # the traceback is shown, not swallowed
 
 
+def _report(rows: list[dict]) -> dict:
+    return {
+        "quick": False,
+        "started": "today",
+        "seconds": 1.0,
+        "hardware": machine.hardware(),
+        "versions": {"Python": "3.11.7"},
+        "load_average": {"start": [1.0], "end": [2.0]},
+        "rows": rows,
+    }
+
+
 def test_markdown_shows_every_kind_of_row():
     paired = common.row(
         "steps_per_call",
@@ -339,16 +382,7 @@ def test_markdown_shows_every_kind_of_row():
         value=900.0,
         detail="2 failed, 10 passed in 900s",
     )
-    result = {
-        "quick": False,
-        "started": "today",
-        "seconds": 1.0,
-        "hardware": machine.hardware(),
-        "versions": {"Python": "3.11.7"},
-        "load_average": {"start": [1.0], "end": [2.0]},
-        "rows": [paired, unsupported, skipped, failed_suite],
-    }
-    lines = report.markdown(result).splitlines()
+    lines = report.markdown(_report([paired, unsupported, skipped, failed_suite])).splitlines()
     table = [line for line in lines if line.startswith("| ") and "measurement" not in line]
     assert len(table) == 4
     assert (

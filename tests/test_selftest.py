@@ -2,10 +2,12 @@
 
 Two runs of the real self-test, in smoke mode on 8 simulated replicas, each in a fresh process
 (TensorFlow fixes its devices when it starts): the command as a user types it, and the same
-checks with a planted failure, the per-replica mean loss that notebook 04 warns about, in the
-custom loop. The report's content is checked, not only that it was written. The rest are fast
-tests of the machinery, the environment section and the command's install branch (pip and exec
-replaced, nothing installed).
+checks with a failure of its own kind planted in each check that can fail on a CPU (the
+per-replica mean loss of notebook 04, a variable made outside the scope, ...). The report's
+content is checked, not only that it was written. The rest are fast tests: every check's judge
+on planted evidence of each way it can fail (the summary must say what failed and never read as
+a success), the connect check with a faked strategy, the machinery, the environment section and
+the command's install branch (pip and exec replaced, nothing installed).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import helpers
 from helpers import routes, runtime, selftest, tpu_facts
-from helpers.selftest import base, cli, environment, report
+from helpers.selftest import base, checks, cli, environment, report, speed
+from helpers.strategy import SIMULATED_TPU, StrategyInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [c.key for c in selftest.DEFAULT_CHECKS]
@@ -37,27 +41,61 @@ TPU_MARKERS = (
 )
 
 PLANTED = """
+import contextlib
 import functools
 import sys
 
 import tensorflow as tf
 
-from helpers import loops, selftest
-from helpers.selftest import checks, cli
+from helpers import loops, pipelines, selftest
+from helpers.selftest import checks, cli, speed
 
 
 def per_replica_mean(per_example, global_batch_size):
     return tf.reduce_mean(per_example)  # the bug notebook 04 shows: ignores the global batch
 
 
-broken = functools.partial(loops.make_train_steps, average_loss=per_replica_mean)
-plan = selftest.replace_check(
-    selftest.DEFAULT_CHECKS,
-    "replica_equivalence",
-    functools.partial(checks.replica_equivalence, make_steps=broken),
-)
+def fit_with_a_summed_loss(context):  # the loss Keras reports is no longer the mean (03)
+    import keras
+
+    summed = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    return checks.fit(context, loss=summed)
+
+
+def batches_of_any_size(files, batch, stage, **kwargs):  # no drop_remainder (06)
+    return pipelines.build_pipeline(files, batch, stage, **kwargs).unbatch().batch(batch)
+
+
+def restores_nothing(checkpoint, path, partial=False):  # no error and no values (08)
+    return path
+
+
+PLANTED = {
+    "variables": functools.partial(checks.variables, scope=contextlib.nullcontext),  # (02)
+    "fit": fit_with_a_summed_loss,
+    "replica_equivalence": functools.partial(
+        checks.replica_equivalence,
+        make_steps=functools.partial(loops.make_train_steps, average_loss=per_replica_mean),
+    ),
+    "bfloat16": functools.partial(checks.bfloat16_matmul, dtype=tf.float32),  # (05)
+    "input_pipeline": functools.partial(speed.input_pipeline, build=batches_of_any_size),
+    "checkpoint": functools.partial(checks.checkpoint, restore=restores_nothing),
+}
+plan = list(selftest.DEFAULT_CHECKS)
+for key, fn in PLANTED.items():
+    plan = selftest.replace_check(plan, key, fn)
 sys.exit(cli.main(sys.argv[1:], plan=plan))
 """
+# For each planted check: words its failed summary must hold, and the words of its success
+# sentence, which must not appear under a failed status.
+PLANTED_SAYS = {
+    "variables": ("1 copy of the variable for 8 devices", "equal copies"),
+    "fit": ("differs from one device", "matches one device"),
+    "replica_equivalence": ("DIFFERENT weights", "same weights"),
+    "bfloat16": ("the output is float32, not bfloat16", "bfloat16 output"),
+    "input_pipeline": ("not one static shape", "static batches of"),
+    "checkpoint": ("the restore did not bring them back", "identical"),
+}
 
 # The command runs end to end here; notebook 00 runs the same checks on every stack, so these
 # run once per CI run, on the main stack (pytest -m slow).
@@ -103,7 +141,7 @@ def clean(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """The same command with a broken custom loop in the replica equivalence check."""
+    """The same command with a failure of its own kind planted in six of the checks."""
     return _run(tmp_path_factory, "planted", [sys.executable, "-c", textwrap.dedent(PLANTED)])
 
 
@@ -195,28 +233,231 @@ def test_each_check_carries_the_evidence_of_its_lesson(clean):
     )
 
 
-# --- A planted failure -------------------------------------------------------------------------
+# --- Planted failures, one of its own kind in each check -----------------------------------
 
 
 @ALSO_IN_NOTEBOOK_00
-def test_a_planted_replica_mismatch_fails_its_check_with_evidence(planted):
+def test_each_planted_failure_fails_its_check_and_says_what_failed(planted):
     assert planted["proc"].returncode == 1, planted["proc"].stderr[-4000:]
-    check = _checks(planted)["replica_equivalence"]
-    assert check["status"] == "fail" and "DIFFERENT weights" in check["summary"]
-    evidence = check["evidence"]
-    assert evidence["max_weight_difference"] > evidence["tolerance"] > 0
-    assert planted["json"]["passed"] is False and planted["json"]["summary"]["fail"] == 1
+    found = _checks(planted)
+    for key, (failure, success) in PLANTED_SAYS.items():
+        check = found[key]
+        assert check["status"] == "fail", check
+        assert failure in check["summary"], (key, check["summary"])
+        assert success not in check["summary"], (key, check["summary"])
+        assert check["evidence"] and not check["error"], check  # judged, not crashed
+    same = found["replica_equivalence"]["evidence"]
+    assert same["max_weight_difference"] > same["tolerance"] > 0
+    restored = found["checkpoint"]["evidence"]
+    assert restored["weights_after_restore_max_difference"] > 0
+    assert planted["json"]["passed"] is False
+    assert planted["json"]["summary"]["fail"] == len(PLANTED_SAYS)
 
 
 @ALSO_IN_NOTEBOOK_00
-def test_the_other_checks_still_ran_beside_the_planted_failure(planted):
-    checks = _checks(planted)
-    assert list(checks) == KEYS
-    for key, check in checks.items():
-        if key != "replica_equivalence":
+def test_the_checks_without_a_planted_failure_still_ran_and_passed(planted):
+    checks_run = _checks(planted)
+    assert list(checks_run) == KEYS
+    for key, check in checks_run.items():
+        if key not in PLANTED_SAYS:
             assert check["status"] in ("pass", "info") and check["evidence"], check
     md = planted["markdown"]
     assert "**FAILED**" in md and "| Custom loop: N replicas match one | 04 | **FAIL** |" in md
+
+
+# --- Every judge on planted evidence, without TensorFlow ---------------------------------------
+
+# A passing piece of evidence per judge, the words of its success sentence, and planted changes
+# of it, each a way the check can fail, with words its summary must then hold.
+JUDGES = {
+    "connect": (
+        checks.judge_connect,
+        {"strategy": SIMULATED_TPU, "replicas": 8, "replicas_asked": 8, "tpu_hints": []},
+        "simulated TPU with 8 replica(s)",
+        [
+            ({"tpu_hints": ["ISTPUVM=1"]}, "TPU hardware present (ISTPUVM=1)"),
+            ({"replicas": 4}, "asked for 8 simulated replicas, got 4"),
+        ],
+    ),
+    "variables": (
+        checks.judge_variables,
+        {
+            "copies": 8,
+            "distinct_devices": 8,
+            "local_devices": 8,
+            "copies_equal": True,
+            "replica_ids_seen": list(range(8)),
+            "variable_type": "MirroredVariable",
+        },
+        "8 equal copies on 8 devices",
+        [
+            ({"copies": 1, "distinct_devices": 1}, "1 copy of the variable for 8 devices"),
+            ({"copies_equal": False}, "the copies hold different values"),
+            ({"replica_ids_seen": [0, 1, 2, 3]}, "reached replicas [0, 1, 2, 3], not 0 to 7"),
+        ],
+    ),
+    "fit": (
+        checks.judge_fit,
+        {
+            "running_mean_losses": [2.3, 2.0, 1.7],
+            "steps": 6,
+            "replicas": 8,
+            "evaluate_loss": 1.5,
+            "one_device_loss": 1.5,
+            "loss_gap": 1e-6,
+            "loss_gap_tolerance": 1e-4,
+        },
+        "matches one device",
+        [
+            ({"running_mean_losses": [2.3, float("nan")]}, "the loss is not finite"),
+            ({"running_mean_losses": [2.3, 2.4]}, "the loss did not fall: 2.3000 -> 2.4000"),
+            ({"loss_gap": 0.5, "evaluate_loss": 3.0}, "differs from one device's (1.5) by 0.5"),
+            ({"loss_gap": float("nan")}, "by nan"),
+        ],
+    ),
+    "replica_equivalence": (
+        checks.judge_replica_equivalence,
+        {
+            "replicas": 8,
+            "reference_replicas": 1,
+            "steps": 3,
+            "max_weight_difference": 1e-8,
+            "tolerance": 1e-5,
+            "worst_variable": "hidden/kernel",
+        },
+        "same weights",
+        [
+            ({"max_weight_difference": 0.08}, "DIFFERENT weights on 8 replicas and 1"),
+            ({"max_weight_difference": float("nan")}, "DIFFERENT weights"),
+        ],
+    ),
+    "bfloat16": (
+        checks.judge_bfloat16,
+        {
+            "output_dtype": "bfloat16",
+            "bfloat16_relative_error": 2e-3,
+            "float32_relative_error": 1e-7,
+            "bfloat16_epsilon": 2**-7,
+        },
+        "bfloat16 output",
+        [
+            ({"output_dtype": "float32"}, "the output is float32, not bfloat16"),
+            ({"bfloat16_relative_error": 0.5}, "above bfloat16's epsilon"),
+            ({"bfloat16_relative_error": 1e-7}, "did not round to bfloat16"),
+        ],
+    ),
+    "input_pipeline": (
+        speed.judge_input_pipeline,
+        {
+            "examples_per_second": 5000,
+            "speedup": 3.0,
+            "cpu_work_saving": 4.0,
+            "batch_size": 64,
+            "batch_shape": [64, 32, 32, 1],
+        },
+        "static batches of (64, 32, 32, 1)",
+        [
+            ({"batch_shape": [None, 32, 32, 1]}, "batches of shape (None, 32, 32, 1), not one"),
+            ({"cpu_work_saving": 0.8}, "1.25x the naive one's CPU work per example"),
+        ],
+    ),
+    "checkpoint": (
+        checks.judge_checkpoint,
+        {
+            "weights_before_restore_max_difference": 0.64,
+            "weights_after_restore_max_difference": 0.0,
+            "output_relative_difference": 1e-7,
+            "output_tolerance": 1e-5,
+        },
+        "weights identical after restore",
+        [
+            (
+                {"weights_after_restore_max_difference": 0.64},
+                "still 0.64 apart from the saved ones",
+            ),
+            ({"weights_before_restore_max_difference": 0.0}, "the restore proves nothing"),
+            ({"output_relative_difference": 0.1}, "outputs on one device differ"),
+        ],
+    ),
+    "matmul_rate": (
+        speed.judge_matmul_rate,
+        {
+            "tpu_generation": "v5e",
+            "tflops_per_chip": 120.0,
+            "published_peak_tflops_per_chip": 197,
+            "fraction_of_peak": 120 / 197,
+        },
+        ", at least 25% needed",
+        [
+            (
+                {"tflops_per_chip": 20.0, "fraction_of_peak": 20 / 197},
+                "10% of the v5e's published 197, below the 25% this check needs",
+            )
+        ],
+    ),
+    "recipes": (
+        speed.judge_recipes,
+        {"examples_per_second": {"classic": 10_000, "collection": 30_000}, "speedup": 3.0},
+        "meets the 2x target",
+        [
+            (
+                {"examples_per_second": {"classic": 10_000, "collection": 12_000}, "speedup": 1.2},
+                "1.20x, below the 2x target",
+            )
+        ],
+    ),
+}
+
+
+def test_every_check_has_a_judge_and_planted_failures_of_its_own():
+    assert set(JUDGES) == set(KEYS)
+    assert all(len(failures) >= 1 for *_, failures in JUDGES.values())
+
+
+@pytest.mark.parametrize("key", list(JUDGES))
+def test_each_judge_passes_its_evidence_with_its_success_sentence(key):
+    judge, good, success, _ = JUDGES[key]
+    outcome = judge(dict(good))
+    assert outcome.status == "pass" and success in outcome.summary, outcome
+
+
+@pytest.mark.parametrize(
+    "key, change, says",
+    [(key, change, says) for key, (*_, failures) in JUDGES.items() for change, says in failures],
+)
+def test_each_planted_failure_is_said_and_never_reads_as_a_success(key, change, says):
+    judge, good, success, _ = JUDGES[key]
+    outcome = judge({**good, **change})
+    assert outcome.status == "fail"
+    assert says in outcome.summary, outcome.summary
+    assert success not in outcome.summary, outcome.summary
+
+
+def test_every_failed_condition_is_listed_not_only_the_first():
+    judge, good, _, _ = JUDGES["checkpoint"]
+    outcome = judge(
+        {**good, "weights_after_restore_max_difference": 0.64, "output_relative_difference": 0.3}
+    )
+    assert "did not bring them back" in outcome.summary and "0.3" in outcome.summary
+
+
+def test_the_connect_check_fails_with_what_it_found(monkeypatch):
+    """The connect check itself, with the strategy faked: TPU hints beside a simulated TPU, and
+    fewer simulated replicas than asked for."""
+    devices = [f"/device:CPU:{i}" for i in range(4)]
+    fake = type("Strategy", (), {"num_replicas_in_sync": 4})()
+    monkeypatch.setattr(helpers, "connect", lambda replicas: fake)
+    monkeypatch.setattr(helpers, "describe", lambda s: StrategyInfo(SIMULATED_TPU, 4, devices))
+    monkeypatch.setattr(runtime, "tpu_hints", lambda env=None: ["ISTPUVM=1"])
+    context = base.Context(simulated_replicas=8)
+    outcome = checks.connect(context)
+    assert outcome.status == "fail" and context.strategy is fake
+    assert "TPU hardware present (ISTPUVM=1) but the strategy is simulated TPU" in outcome.summary
+    assert "asked for 8 simulated replicas, got 4" in outcome.summary
+    assert "with 4 replica(s)" not in outcome.summary
+    monkeypatch.setattr(runtime, "tpu_hints", lambda env=None: [])
+    context = base.Context(simulated_replicas=4)
+    assert checks.connect(context).summary == "simulated TPU with 4 replica(s)"
 
 
 # --- The machinery, without TensorFlow ---------------------------------------------------------
@@ -243,7 +484,7 @@ def test_an_exception_fails_only_its_own_check(monkeypatch):
     )
     assert [c.status for c in result.checks] == ["info", "fail", "pass"]
     failed = result.checks[1]
-    assert failed.summary == "boom" and failed.error.startswith("ValueError: boom")
+    assert failed.summary == "ValueError: boom" and failed.error.startswith("ValueError: boom")
     assert "test_selftest.py" in failed.error  # where it was raised
     assert not result.passed and result.failed == [failed]
     assert lines[0] == "[1/3] check 0 (notebook 00) ..." and "fail in" in lines[3]
@@ -310,6 +551,18 @@ def test_report_json_is_plain_and_markdown_escapes_table_cells(tmp_path):
     assert rep.check("k") is result
     with pytest.raises(KeyError):
         rep.check("missing")
+
+
+def test_a_report_of_info_alone_has_not_passed():
+    def result(status):
+        return base.CheckResult("k", "t", "00", status, "s", {}, 0.1, 1)
+
+    info_only = report.Report({}, [result("info")], "smoke", 1.0, "now")
+    assert not info_only.passed and "**NO VERDICT**: 0 passed, 0 failed" in info_only.headline()
+    both = report.Report({}, [result("info"), result("pass")], "smoke", 1.0, "now")
+    assert both.passed and "**PASSED**" in both.headline()
+    failed = report.Report({}, [result("pass"), result("fail")], "smoke", 1.0, "now")
+    assert not failed.passed and "**FAILED**" in failed.headline()
 
 
 # --- Environment facts -------------------------------------------------------------------------

@@ -58,11 +58,15 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
 
 
 def default_checks() -> list[Check]:
+    """A new list of :data:`DEFAULT_CHECKS`, to change. Taught in notebook 00."""
     return list(DEFAULT_CHECKS)
 
 
 def replace_check(plan: Sequence[Check], key: str, fn: Callable[[Context], Outcome]) -> list[Check]:
-    """``plan`` with the function of check ``key`` replaced, e.g. to plant a failure in a test."""
+    """``plan`` with the function of check ``key`` replaced, e.g. to plant a failure in a test.
+
+    Taught in notebook 00.
+    """
     if key not in {c.key for c in plan}:
         raise KeyError(f"no check {key!r}; the checks are {[c.key for c in plan]}")
     return [dataclasses.replace(c, fn=fn) if c.key == key else c for c in plan]
@@ -81,6 +85,7 @@ def run(
     The first check connects (``helpers.connect(simulated_replicas)``); the environment section
     is collected after it, so it names the strategy. ``progress`` receives one line per check
     as it starts and ends (None: silent). Nothing raises: a failing check is in the report.
+    Taught in notebook 00.
     """
     plan = list(plan if plan is not None else DEFAULT_CHECKS)
     say = progress or (lambda line: None)

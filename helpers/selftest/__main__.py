@@ -4,4 +4,6 @@ import sys
 
 from helpers.selftest.cli import main
 
+__all__: list[str] = []  # a script, nothing to import
+
 sys.exit(main())

@@ -16,6 +16,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import data
+
+__all__ = [
+    "HARD_LIMIT_FACTOR",
+    "HARD_LIMIT_GRACE",
+    "STATUSES",
+    "Check",
+    "CheckResult",
+    "Context",
+    "NoStrategy",
+    "Outcome",
+    "describe_error",
+    "hard_limit",
+    "judged",
+    "run_check",
+]
+
 STATUSES = ("pass", "fail", "info")
 
 # A check that runs past HARD_LIMIT_FACTOR x its budget + HARD_LIMIT_GRACE seconds is reported as
@@ -26,7 +43,10 @@ HARD_LIMIT_GRACE = 30.0
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a check found: a status, a one-line summary and its evidence (numbers, names)."""
+    """What a check found: a status, a one-line summary and its evidence (numbers, names).
+
+    Taught in notebook 00.
+    """
 
     status: str
     summary: str
@@ -38,9 +58,21 @@ class Outcome:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
 
+def judged(problems: list[str], success: str, evidence: dict, notes=()) -> Outcome:
+    """The outcome of a check from what its judge found: ``fail`` with every problem (each
+    written from the evidence), or ``pass`` with the success sentence; never a success
+    sentence under a failed status. Taught in notebook 00."""
+    if problems:
+        return Outcome("fail", "; ".join(problems), evidence, tuple(notes))
+    return Outcome("pass", success, evidence, tuple(notes))
+
+
 @dataclass(frozen=True)
 class Check:
-    """One check of the self-test: its key, title, the notebook that teaches it, its budget."""
+    """One check of the self-test: its key, title, the notebook that teaches it, its budget.
+
+    Taught in notebook 00.
+    """
 
     key: str
     title: str
@@ -51,7 +83,10 @@ class Check:
 
 @dataclass
 class CheckResult:
-    """A check after it ran: its outcome, or the error that failed it, and how long it took."""
+    """A check after it ran: its outcome, or the error that failed it, and how long it took.
+
+    Taught in notebook 00.
+    """
 
     key: str
     title: str
@@ -80,12 +115,18 @@ class CheckResult:
 
 
 class NoStrategy(RuntimeError):
-    """A check needs the strategy, and the connect check did not produce one."""
+    """A check needs the strategy, and the connect check did not produce one.
+
+    Taught in notebook 00.
+    """
 
 
 @dataclass
 class Context:
-    """What the checks share: the mode, the strategy once connected, a scratch folder."""
+    """What the checks share: the mode, the strategy once connected, a scratch folder.
+
+    Taught in notebook 00.
+    """
 
     smoke: bool = False
     simulated_replicas: int = 8
@@ -114,14 +155,15 @@ class Context:
     def images(self):
         """scikit-learn's bundled digits: real images that need no network (notebook 01)."""
         if self._images is None:
-            from helpers import data
-
             self._images = data.load_images("digits")
         return self._images
 
 
 def describe_error(err: BaseException, limit: int = 600) -> str:
-    """``Type: message`` (cut to ``limit`` characters) and where in the code it was raised."""
+    """``Type: message`` (cut to ``limit`` characters) and where in the code it was raised.
+
+    Taught in notebook 00.
+    """
     text = str(err).strip()
     if len(text) > limit:
         text = text[:limit] + " ..."
@@ -135,6 +177,7 @@ def describe_error(err: BaseException, limit: int = 600) -> str:
 
 
 def hard_limit(budget: float) -> float:
+    """Seconds after which a check of ``budget`` seconds is abandoned. Taught in notebook 00."""
     return HARD_LIMIT_FACTOR * budget + HARD_LIMIT_GRACE
 
 
@@ -143,7 +186,7 @@ def run_check(check: Check, context: Context) -> CheckResult:
 
     An exception becomes a failed check with the error as its evidence. A check still running
     at :func:`hard_limit` of its budget is reported as failed and abandoned (Python cannot stop
-    a thread, so its work may go on in the background; the report says so).
+    a thread, so its work may go on in the background; the report says so). Taught in notebook 00.
     """
     budget = check.budget[0] if context.smoke else check.budget[1]
     box: dict = {}
@@ -179,11 +222,12 @@ def run_check(check: Check, context: Context) -> CheckResult:
         box["error"] = TypeError(f"the check returned {box['outcome']!r}, not an Outcome")
     if "error" in box:
         err = box["error"]
+        message = str(err).strip()
         return CheckResult(
             **base,
             status="fail",
-            summary=str(err).strip().splitlines()[0][:200]
-            if str(err).strip()
+            summary=f"{type(err).__name__}: {message.splitlines()[0][:200]}"
+            if message
             else type(err).__name__,
             evidence={},
             seconds=seconds,

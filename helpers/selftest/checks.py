@@ -4,6 +4,13 @@ Each is a short, real run of what a notebook teaches, with the evidence that it 
 connect (01), variables on every replica (02), a few ``fit`` steps (03), a custom loop on N
 replicas against one (04), a bfloat16 matmul (05) and a checkpoint restored onto one device (08).
 The speed checks are in :mod:`helpers.selftest.speed`.
+
+Each check measures, then hands its evidence to a ``judge_*`` function, which decides the status
+and writes the summary from that evidence alone: the success sentence only when every condition
+held, otherwise each condition that failed, with its numbers. The keyword arguments of a check
+replace the part a test plants a failure in (e.g. ``variables(context, scope=...)``).
+TensorFlow and Keras are imported inside the checks, so that importing the self-test needs
+neither (the command can then say what to install).
 """
 
 from __future__ import annotations
@@ -13,10 +20,31 @@ import time
 
 import numpy as np
 
-from helpers.selftest.base import Context, Outcome
+import helpers
+from helpers import checkpoints, data, fitting, loops, models, precision, runtime
+from helpers.selftest.base import Context, Outcome, judged
+from helpers.strategy import SIMULATED_TPU
+
+__all__ = [
+    "TPU_FLOAT32_NOTE",
+    "TPU_FLOAT32_RTOL",
+    "bfloat16_matmul",
+    "checkpoint",
+    "connect",
+    "fit",
+    "judge_bfloat16",
+    "judge_checkpoint",
+    "judge_connect",
+    "judge_fit",
+    "judge_replica_equivalence",
+    "judge_variables",
+    "replica_equivalence",
+    "variables",
+]
 
 # On a TPU, XLA's default precision multiplies float32 matrices in bfloat16 passes, so float32
 # results there agree with a CPU's only to about bfloat16 precision (unverified on hardware).
+# Taught in notebook 00.
 TPU_FLOAT32_RTOL = 2e-2
 TPU_FLOAT32_NOTE = (
     "tolerance widened on the TPU: XLA multiplies float32 matrices in bfloat16 passes by "
@@ -37,11 +65,10 @@ def _max_difference(a_list, b_list) -> float:
 
 
 def connect(context: Context) -> Outcome:
-    """``helpers.connect`` gives the strategy this hardware should have (notebook 01)."""
-    import helpers
-    from helpers import runtime
-    from helpers.strategy import SIMULATED_TPU
+    """``helpers.connect`` gives the strategy this hardware should have (notebook 01).
 
+    Run by the self-test of notebook 00.
+    """
     start = time.perf_counter()
     strategy = helpers.connect(context.simulated_replicas)
     seconds = time.perf_counter() - start
@@ -50,62 +77,88 @@ def connect(context: Context) -> Outcome:
     evidence = {
         "strategy": info.kind,
         "replicas": info.replicas,
+        "replicas_asked": context.simulated_replicas if info.kind == SIMULATED_TPU else None,
+        "tpu_hints": runtime.tpu_hints(),
         "first_device": info.devices[0] if info.devices else None,
         "last_device": info.devices[-1] if info.devices else None,
         "tpu_name": info.tpu,
         "seconds_to_connect": round(seconds, 3),
     }
-    hints = runtime.tpu_hints()
-    if hints and info.kind != "TPU":
-        summary = f"TPU hardware present ({', '.join(hints)}) but the strategy is {info.kind}"
-        return Outcome("fail", summary, evidence)
-    if info.kind == SIMULATED_TPU and info.replicas != context.simulated_replicas:
-        return Outcome(
-            "fail",
-            f"asked for {context.simulated_replicas} simulated replicas, got {info.replicas}",
-            evidence,
-        )
-    return Outcome("pass", f"{info.kind} with {info.replicas} replica(s)", evidence)
+    return judge_connect(evidence)
 
 
-def variables(context: Context) -> Outcome:
+def judge_connect(evidence: dict) -> Outcome:
+    """Status and summary of :func:`connect` from its evidence. Taught in notebook 00."""
+    kind, replicas, hints = evidence["strategy"], evidence["replicas"], evidence["tpu_hints"]
+    problems = []
+    if hints and kind != "TPU":
+        problems.append(f"TPU hardware present ({', '.join(hints)}) but the strategy is {kind}")
+    asked = evidence.get("replicas_asked")
+    if kind == SIMULATED_TPU and asked is not None and replicas != asked:
+        problems.append(f"asked for {asked} simulated replicas, got {replicas}")
+    return judged(problems, f"{kind} with {replicas} replica(s)", evidence)
+
+
+def variables(context: Context, *, scope=None) -> Outcome:
     """A variable made in ``strategy.scope()`` has one copy per replica, each on its own device,
-    and ``strategy.run`` reaches every replica (notebook 02)."""
+    and ``strategy.run`` reaches every replica (notebook 02). ``scope`` replaces
+    ``strategy.scope``, e.g. ``contextlib.nullcontext`` to make the variable outside it.
+    Run by the self-test of notebook 00."""
     import tensorflow as tf
 
     strategy = context.need_strategy()
-    with strategy.scope():
+    with (scope or strategy.scope)():
         variable = tf.Variable(tf.range(4, dtype=tf.float32), name="self_test_variable")
     copies = strategy.experimental_local_results(variable)
     devices = [copy.device for copy in copies]
     values = [copy.numpy() for copy in copies]
-    local = len(strategy.extended.worker_devices)
 
     @tf.function
     def replica_ids():
         return strategy.run(lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)
 
     ids = sorted(int(i) for i in strategy.experimental_local_results(replica_ids()))
-    same = all(np.array_equal(v, values[0]) for v in values)
     evidence = {
         "copies": len(copies),
         "distinct_devices": len(set(devices)),
-        "local_devices": local,
-        "copies_equal": same,
+        "local_devices": len(strategy.extended.worker_devices),
+        "copies_equal": all(np.array_equal(v, values[0]) for v in values),
         "replica_ids_seen": ids,
         "variable_type": type(variable).__name__,
     }
-    ok = len(copies) == local and len(set(devices)) == local and same and len(set(ids)) == local
-    summary = f"{len(copies)} copies on {len(set(devices))} devices, {len(ids)} replicas ran"
-    return Outcome("pass" if ok else "fail", summary, evidence)
+    return judge_variables(evidence)
 
 
-def fit(context: Context) -> Outcome:
+def judge_variables(evidence: dict) -> Outcome:
+    """Status and summary of :func:`variables` from its evidence. Taught in notebook 00."""
+    local, copies = evidence["local_devices"], evidence["copies"]
+    devices, ids = evidence["distinct_devices"], evidence["replica_ids_seen"]
+    problems = []
+    if copies != local:
+        problems.append(
+            f"{copies} {'copy' if copies == 1 else 'copies'} of the variable for {local} devices "
+            f"({evidence['variable_type']}: made outside strategy.scope()?)"
+        )
+    if devices != local:
+        problems.append(
+            f"the copies sit on {devices} distinct device{'' if devices == 1 else 's'}, not {local}"
+        )
+    if not evidence["copies_equal"]:
+        problems.append("the copies hold different values")
+    if sorted(set(ids)) != list(range(local)):
+        problems.append(f"strategy.run reached replicas {ids}, not 0 to {local - 1}")
+    success = (
+        f"{copies} equal copies on {devices} devices; strategy.run reached all {local} replicas"
+    )
+    return judged(problems, success, evidence)
+
+
+def fit(context: Context, *, loss=None) -> Outcome:
     """A few ``fit`` steps on every replica: a finite, falling loss, and the loss ``evaluate``
-    reports equals a one-device NumPy evaluation of the same weights (notebook 03)."""
+    reports equals a one-device NumPy evaluation of the same weights (notebook 03). ``loss``
+    replaces the compiled loss (default: cross-entropy on logits, averaged).
+    Run by the self-test of notebook 00."""
     import keras
-
-    from helpers import data, fitting, models
 
     strategy = context.need_strategy()
     images = context.images()
@@ -118,7 +171,7 @@ def fit(context: Context) -> Outcome:
         model = models.build_classifier(images.image_shape, seed=11)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-2),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             steps_per_execution=choice.value,
         )
     losses = []  # Keras' running mean of the epoch's loss, after each call
@@ -134,38 +187,53 @@ def fit(context: Context) -> Outcome:
     distributed = float(np.ravel(model.evaluate(test, verbose=0))[0])
     reference = fitting.single_device_evaluation(model, x, y)
     rtol, notes = _tolerance(context, 1e-4)
-    gap = abs(distributed - reference.loss) / reference.loss
     evidence = {
         "running_mean_losses": [round(v, 5) for v in losses],
         "steps": steps,
+        "replicas": replicas,
         "global_batch": global_batch,
         "steps_per_execution": choice.value,
         "steps_per_execution_reason": choice.reason,
         "evaluate_loss": round(distributed, 6),
         "one_device_loss": round(reference.loss, 6),
-        "loss_gap": gap,
+        "loss_gap": abs(distributed - reference.loss) / reference.loss,
         "loss_gap_tolerance": rtol,
     }
-    if not losses or not all(math.isfinite(v) for v in losses):
-        return Outcome("fail", f"the loss is not finite: {losses}", evidence, notes)
-    if not losses[-1] < losses[0]:
-        summary = f"the loss did not fall: {losses[0]:.4f} -> {losses[-1]:.4f}"
-        return Outcome("fail", summary, evidence, notes)
-    if gap > rtol:
-        summary = f"evaluate's loss differs from one device by {gap:.2g} (> {rtol:g})"
-        return Outcome("fail", summary, evidence, notes)
-    summary = (
-        f"loss {losses[0]:.3f} at step 1, mean {losses[-1]:.3f} over {steps} steps; evaluate on "
-        f"{replicas} replicas matches one device ({gap:.1g})"
+    return judge_fit(evidence, notes)
+
+
+def judge_fit(evidence: dict, notes=()) -> Outcome:
+    """Status and summary of :func:`fit` from its evidence. Taught in notebook 00."""
+    losses, gap, rtol = (
+        evidence["running_mean_losses"],
+        evidence["loss_gap"],
+        evidence["loss_gap_tolerance"],
     )
-    return Outcome("pass", summary, evidence, notes)
+    problems = []
+    finite = bool(losses) and all(math.isfinite(v) for v in losses)
+    if not finite:
+        problems.append(f"the loss is not finite: {losses}")
+    elif not losses[-1] < losses[0]:
+        problems.append(f"the loss did not fall: {losses[0]:.4f} -> {losses[-1]:.4f}")
+    if not gap <= rtol:  # a NaN gap fails too
+        problems.append(
+            f"evaluate's loss ({evidence['evaluate_loss']:.4g}) differs from one device's "
+            f"({evidence['one_device_loss']:.4g}) by {gap:.2g} (tolerance {rtol:g})"
+        )
+    success = (
+        f"loss {losses[0]:.3f} at step 1, mean {losses[-1]:.3f} over {evidence['steps']} steps; "
+        f"evaluate on {evidence['replicas']} replicas matches one device within {gap:.1g} "
+        f"(tolerance {rtol:g})"
+        if finite
+        else ""
+    )
+    return judged(problems, success, evidence, notes)
 
 
 def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
     """A custom ``strategy.run`` loop on every replica ends with the same weights as the same
-    loop on one replica (notebook 04). ``make_steps`` replaces the loop under test."""
-    from helpers import loops, models
-
+    loop on one replica (notebook 04). ``make_steps`` replaces the loop under test.
+    Run by the self-test of notebook 00."""
     strategy = context.need_strategy()
     replicas = context.replicas
     if replicas == 1:
@@ -196,21 +264,35 @@ def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
         "worst_variable": result.worst_variable,
         "mean_losses": [round(v, 6) for v in result.losses],
     }
-    summary = (  # "same weights: 8 replicas vs 1, 3 steps" or "DIFFERENT weights: ..."
-        f"{str(result).splitlines()[0]}; max difference {result.max_weight_diff:.2g} "
-        f"(tolerance {result.tolerance:.2g})"
+    return judge_replica_equivalence(evidence, notes)
+
+
+def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
+    """Status and summary of :func:`replica_equivalence` from its evidence. Taught in
+    notebook 00."""
+    diff, tol = evidence["max_weight_difference"], evidence["tolerance"]
+    runs = (
+        f"{evidence['replicas']} replicas and {evidence['reference_replicas']} after "
+        f"{evidence['steps']} steps"
     )
-    return Outcome("pass" if result.ok else "fail", summary, evidence, notes)
+    problems = []
+    if not diff <= tol:  # a NaN difference fails too
+        problems.append(
+            f"DIFFERENT weights on {runs}: max difference {diff:.2g} > tolerance {tol:.2g} "
+            f"(worst: {evidence['worst_variable']}); is the loss averaged over the global batch?"
+        )
+    success = f"same weights on {runs}: max difference {diff:.2g} (tolerance {tol:.2g})"
+    return judged(problems, success, evidence, notes)
 
 
-def bfloat16_matmul(context: Context) -> Outcome:
+def bfloat16_matmul(context: Context, *, dtype=None) -> Outcome:
     """A matmul in bfloat16 on a replica gives bfloat16, as accurate as bfloat16 can be
-    (notebook 05): relative error within bfloat16's epsilon, measured against float64."""
+    (notebook 05): relative error within bfloat16's epsilon, measured against float64.
+    ``dtype`` replaces the bfloat16 the inputs are cast to. Run by the self-test of notebook 00."""
     import tensorflow as tf
 
-    from helpers import precision
-
     strategy = context.need_strategy()
+    low_dtype = dtype or tf.bfloat16
     n = 256
     rng = np.random.default_rng(5)
     a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
@@ -218,7 +300,7 @@ def bfloat16_matmul(context: Context) -> Outcome:
     @tf.function
     def both(a, b):
         def replica(a, b):
-            low = tf.matmul(tf.cast(a, tf.bfloat16), tf.cast(b, tf.bfloat16))
+            low = tf.matmul(tf.cast(a, low_dtype), tf.cast(b, low_dtype))
             return low, tf.matmul(a, b)
 
         return strategy.run(replica, args=(a, b))
@@ -231,32 +313,44 @@ def bfloat16_matmul(context: Context) -> Outcome:
             np.linalg.norm(np.asarray(tf.cast(x, tf.float64)) - exact) / np.linalg.norm(exact)
         )
 
-    epsilon = precision.FloatFormat("bfloat16", *precision.BITS["bfloat16"]).epsilon
-    low_error, high_error = error(low), error(high)
     evidence = {
         "shape": [n, n],
         "output_dtype": low.dtype.name,
-        "bfloat16_relative_error": low_error,
-        "float32_relative_error": high_error,
-        "bfloat16_epsilon": epsilon,
+        "bfloat16_relative_error": error(low),
+        "float32_relative_error": error(high),
+        "bfloat16_epsilon": precision.FloatFormat("bfloat16", *precision.BITS["bfloat16"]).epsilon,
         "device": low.device,
     }
-    rounded = low_error > epsilon / 64  # a bfloat16 path that secretly ran in float32 shows ~1e-7
-    ok = low.dtype == tf.bfloat16 and low_error <= epsilon and rounded
-    summary = (
-        f"{low.dtype.name} output, relative error {low_error:.2g} "
-        f"({low_error / epsilon:.2f} x bfloat16's epsilon; float32: {high_error:.2g})"
+    return judge_bfloat16(evidence)
+
+
+def judge_bfloat16(evidence: dict) -> Outcome:
+    """Status and summary of :func:`bfloat16_matmul` from its evidence. Taught in notebook 00."""
+    dtype, low = evidence["output_dtype"], evidence["bfloat16_relative_error"]
+    epsilon, high = evidence["bfloat16_epsilon"], evidence["float32_relative_error"]
+    problems = []
+    if dtype != "bfloat16":
+        problems.append(f"the output is {dtype}, not bfloat16")
+    if not low <= epsilon:
+        problems.append(f"relative error {low:.2g} is above bfloat16's epsilon ({epsilon:.2g})")
+    elif low <= epsilon / 64:  # a bfloat16 path that secretly ran in float32 shows ~1e-7
+        problems.append(
+            f"relative error {low:.2g} is below bfloat16's rounding ({epsilon / 64:.2g}): the "
+            "matmul did not round to bfloat16"
+        )
+    success = (
+        f"bfloat16 output, relative error {low:.2g} ({low / epsilon:.2f} x bfloat16's epsilon; "
+        f"float32: {high:.2g})"
     )
-    return Outcome("pass" if ok else "fail", summary, evidence)
+    return judged(problems, success, evidence)
 
 
-def checkpoint(context: Context) -> Outcome:
+def checkpoint(context: Context, *, restore=None) -> Outcome:
     """Save a model that lives on the strategy, restore it into a model built with no strategy
-    on one device: the same weights and the same outputs (notebook 08)."""
+    on one device: the same weights and the same outputs (notebook 08). ``restore`` replaces
+    ``helpers.checkpoints.restore`` (same arguments). Run by the self-test of notebook 00."""
     import keras
     import tensorflow as tf
-
-    from helpers import checkpoints, loops, models
 
     strategy = context.need_strategy()
     images = context.images()
@@ -276,28 +370,50 @@ def checkpoint(context: Context) -> Outcome:
     with tf.device("/cpu:0"):
         served = models.build_classifier(images.image_shape, seed=22)  # other initial weights
     before = _max_difference(served.get_weights(), saved)
-    checkpoints.restore(tf.train.Checkpoint(model=served), path, partial=True)
+    (restore or checkpoints.restore)(tf.train.Checkpoint(model=served), path, partial=True)
     after = _max_difference(served.get_weights(), saved)
     x = images.x_test[:global_batch]
     expected = _replica_outputs(strategy, model, x, global_batch)
     with tf.device("/cpu:0"):
         got = np.asarray(served(x, training=False))
-    output_gap = float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-12))
     rtol, notes = _tolerance(context, 1e-5)
     evidence = {
         "checkpoint": path,
         "weights_before_restore_max_difference": before,
         "weights_after_restore_max_difference": after,
-        "output_relative_difference": output_gap,
+        "output_relative_difference": float(
+            np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-12)
+        ),
         "output_tolerance": rtol,
         "restored_on": "/cpu:0, no strategy",
     }
-    ok = before > 0 and after == 0 and output_gap <= rtol
-    summary = (
+    return judge_checkpoint(evidence, notes)
+
+
+def judge_checkpoint(evidence: dict, notes=()) -> Outcome:
+    """Status and summary of :func:`checkpoint` from its evidence. Taught in notebook 00."""
+    before = evidence["weights_before_restore_max_difference"]
+    after = evidence["weights_after_restore_max_difference"]
+    gap, rtol = evidence["output_relative_difference"], evidence["output_tolerance"]
+    problems = []
+    if not before > 0:
+        problems.append(
+            "the fresh model already had the saved weights, so the restore proves nothing"
+        )
+    if after != 0:
+        problems.append(
+            f"after the restore the weights are still {after:.2g} apart from the saved ones "
+            f"(were {before:.2g}; must be 0): the restore did not bring them back"
+        )
+    if not gap <= rtol:
+        problems.append(
+            f"outputs on one device differ from the replicas' by {gap:.2g} (tolerance {rtol:g})"
+        )
+    success = (
         f"weights identical after restore on one device (were {before:.2g} apart), outputs "
-        f"within {output_gap:.2g}"
+        f"differ by {gap:.2g} (tolerance {rtol:g})"
     )
-    return Outcome("pass" if ok else "fail", summary, evidence, notes)
+    return judged(problems, success, evidence, notes)
 
 
 def _replica_outputs(strategy, model, x, global_batch: int) -> np.ndarray:

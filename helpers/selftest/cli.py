@@ -22,11 +22,19 @@ import sys
 import time
 import warnings
 
+from helpers import routes, runtime, selftest
+from helpers.selftest import environment
+from helpers.selftest.base import CheckResult
+from helpers.selftest.report import Report, standard_notes
+
+__all__ = ["RESTARTED_ENV", "main", "parse", "prepare", "restart", "setup_failure"]
+
 # Set in the restarted process, so that it never installs a second time.
 RESTARTED_ENV = "TPU_FIELD_GUIDE_SELF_TEST_RESTARTED"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    """The command's arguments. Taught in notebook 00."""
     parser = argparse.ArgumentParser(
         prog="python -m helpers.selftest", description="TPU self-test with a shareable report."
     )
@@ -49,7 +57,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def restart(argv: list[str]) -> None:
-    """Replace this process by a fresh ``python -m helpers.selftest`` with the same arguments."""
+    """Replace this process by a fresh ``python -m helpers.selftest`` with the same arguments.
+
+    Taught in notebook 00.
+    """
     os.environ[RESTARTED_ENV] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
@@ -60,9 +71,8 @@ def prepare(install: bool | None, argv: list[str]) -> str | None:
     """Make sure this TensorFlow fits the hardware; return why the self-test cannot run, or None.
 
     May install the TPU build and restart the process (see the module docstring).
+    Taught in notebook 00.
     """
-    from helpers import routes, runtime
-
     restarted = os.environ.get(RESTARTED_ENV) == "1"
     try:
         runtime.ensure_tensorflow(install=False if restarted else install)
@@ -87,12 +97,11 @@ def prepare(install: bool | None, argv: list[str]) -> str | None:
 
 
 def setup_failure(problem: str, smoke: bool, command: str):
-    """A report that says why the checks could not run, with the environment around it."""
-    from helpers.selftest import DEFAULT_CHECKS, environment
-    from helpers.selftest.base import CheckResult
-    from helpers.selftest.report import Report, standard_notes
+    """A report that says why the checks could not run, with the environment around it.
 
-    first = DEFAULT_CHECKS[0]
+    Taught in notebook 00.
+    """
+    first = selftest.DEFAULT_CHECKS[0]
     result = CheckResult(
         key=first.key,
         title=first.title,
@@ -117,7 +126,10 @@ def setup_failure(problem: str, smoke: bool, command: str):
 
 
 def main(argv: list[str] | None = None, plan=None) -> int:
-    """Run the self-test; ``plan`` replaces its checks (tests plant failures with it)."""
+    """Run the self-test; ``plan`` replaces its checks (tests plant failures with it).
+
+    Taught in notebook 00.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
     command = " ".join(["python -m helpers.selftest", *argv])
@@ -130,9 +142,7 @@ def main(argv: list[str] | None = None, plan=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow's first import
     # Keras warns on every fit with a tf.data input that its shuffle argument is ignored.
     warnings.filterwarnings("ignore", message=".*shuffle=True.* was passed", category=UserWarning)
-    import tensorflow as tf
-
-    from helpers import selftest
+    import tensorflow as tf  # here: after the log level above, and only once the install is done
 
     tf.get_logger().setLevel("ERROR")
     report = selftest.run(

@@ -16,6 +16,8 @@ from pathlib import Path
 from helpers import routes, runtime
 from helpers.tpu_facts import generation_of
 
+__all__ = ["LABELS", "UNVERIFIED", "accelerator", "collect", "host_cpu", "tpu_generation"]
+
 UNVERIFIED = "unverified on hardware"
 
 # Labels for the Markdown table, in the order the report shows them.
@@ -52,7 +54,10 @@ def _version(*names: str) -> str | None:
 
 
 def host_cpu() -> str:
-    """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows."""
+    """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows.
+
+    Taught in notebook 00.
+    """
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -77,7 +82,7 @@ def _tensorflow_device_kind() -> str | None:
 
 
 def accelerator(kind: str, replicas: int | None, env=None) -> tuple[str, str]:
-    """``(accelerator type, where that came from)`` for the report."""
+    """``(accelerator type, where that came from)`` for the report. Taught in notebook 00."""
     env = os.environ if env is None else env
     if env.get("TPU_ACCELERATOR_TYPE"):
         return env["TPU_ACCELERATOR_TYPE"], "environment variable TPU_ACCELERATOR_TYPE"
@@ -103,7 +108,7 @@ def accelerator(kind: str, replicas: int | None, env=None) -> tuple[str, str]:
 
 def tpu_generation(kind: str, replicas: int | None = None):
     """The :class:`~helpers.tpu_facts.Generation` of this TPU, or None (no TPU, or a
-    type the table does not know)."""
+    type the table does not know). Taught in notebook 00."""
     if kind != "TPU" and not runtime.tpu_hints():
         return None
     return generation_of(accelerator(kind, replicas)[0])
@@ -122,7 +127,10 @@ def _install_routes() -> tuple[str, str]:
 
 
 def collect(strategy=None, kind: str = "") -> dict:
-    """The environment section as a plain dict (JSON-ready); see :data:`LABELS` for the keys."""
+    """The environment section as a plain dict (JSON-ready); see :data:`LABELS` for the keys.
+
+    Taught in notebook 00.
+    """
     dist = runtime.tensorflow_distribution()
     replicas = strategy.num_replicas_in_sync if strategy is not None else None
     accelerator_type, source = accelerator(kind, replicas)

@@ -15,6 +15,16 @@ from pathlib import Path
 from helpers.selftest.base import STATUSES, CheckResult
 from helpers.selftest.environment import LABELS
 
+__all__ = [
+    "FILE_STEM",
+    "ISSUE_TEMPLATE",
+    "SCHEMA",
+    "SECTIONS",
+    "Report",
+    "plain",
+    "standard_notes",
+]
+
 SCHEMA = "tpu-field-guide/self-test/1"
 FILE_STEM = "tpu-self-test"
 SECTIONS = ("Summary", "Environment", "Checks", "Evidence", "About this report")
@@ -22,7 +32,10 @@ ISSUE_TEMPLATE = "TPU self-test report"
 
 
 def plain(value):
-    """numpy and TensorFlow values -> JSON-ready Python (floats rounded to 6 significant digits)."""
+    """numpy and TensorFlow values -> JSON-ready Python (floats rounded to 6 significant digits).
+
+    Taught in notebook 00.
+    """
     if hasattr(value, "numpy"):
         value = value.numpy()
     if hasattr(value, "tolist"):
@@ -64,7 +77,10 @@ def _cell(value) -> str:
 
 @dataclass
 class Report:
-    """What :func:`helpers.selftest.run` found; ``markdown()``, ``to_json()``, ``write(folder)``."""
+    """What :func:`helpers.selftest.run` found; ``markdown()``, ``to_json()``, ``write(folder)``.
+
+    Taught in notebook 00.
+    """
 
     environment: dict
     checks: list[CheckResult]
@@ -81,8 +97,9 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """True when no check failed (``info`` counts as not failed)."""
-        return bool(self.checks) and self.counts["fail"] == 0
+        """True when no check failed and at least one passed (``info`` proves nothing either
+        way, so a report of ``info`` alone has not passed)."""
+        return self.counts["fail"] == 0 and self.counts["pass"] > 0
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -116,7 +133,7 @@ class Report:
 
     def headline(self) -> str:
         counts = self.counts
-        verdict = "PASSED" if self.passed else "FAILED"
+        verdict = "PASSED" if self.passed else "FAILED" if self.failed else "NO VERDICT"
         cpu = "" if self.cpu_seconds is None else f" ({self.cpu_seconds:.0f} s of CPU)"
         return (
             f"**{verdict}**: {counts['pass']} passed, {counts['fail']} failed, {counts['info']} "
@@ -170,7 +187,7 @@ class Report:
 
 
 def standard_notes(on_tpu: bool) -> list[str]:
-    """The "About this report" lines every report carries."""
+    """The "About this report" lines every report carries. Taught in notebook 00."""
     notes = [
         "Statuses: pass and fail have a criterion on this hardware; info is measured with no "
         "criterion here (e.g. a TPU's peak rate on a CPU).",

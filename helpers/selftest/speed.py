@@ -2,7 +2,10 @@
 matmul rate against the chip's published peak (05), and the classic Keras recipe against the
 collection's recipe (03 and 06) on the same model.
 
-On a CPU, speed says nothing about a TPU, so these report ``info`` there: measured, no verdict.
+On a CPU, speed says nothing about a TPU, so the rate and recipe checks report ``info`` there:
+measured, no verdict. As in :mod:`helpers.selftest.checks`, each check's ``judge_*`` function
+decides the status and writes the summary from the evidence alone. TensorFlow and Keras are
+imported inside the checks, as in :mod:`helpers.selftest.checks`.
 """
 
 from __future__ import annotations
@@ -11,20 +14,39 @@ import math
 
 import numpy as np
 
-from helpers.selftest.base import Context, Outcome
+from helpers import data, fitting, models, pipelines, timing
+from helpers.selftest.base import Context, Outcome, judged
+from helpers.selftest.environment import tpu_generation
 from helpers.tpu_facts import BATCH_FOR_MXU as PER_REPLICA_BATCH
 
+__all__ = [
+    "CLASSIC_SHUFFLE",
+    "PEAK_FRACTION_TO_PASS",
+    "RECIPE_SPEEDUP_TARGET",
+    "input_pipeline",
+    "judge_input_pipeline",
+    "judge_matmul_rate",
+    "judge_recipes",
+    "keras_recipes",
+    "matmul_rate",
+    "mnist_shaped",
+    "recipe_model",
+    "recipes",
+    "time_recipes",
+]
+
 UNVERIFIED = "unverified on hardware"
+# The speed checks' lines, unverified on hardware. Taught in notebook 00.
 PEAK_FRACTION_TO_PASS = 0.25  # a large bf16 matmul below a quarter of peak means something is off
 RECIPE_SPEEDUP_TARGET = 2.0  # what the collection's recipe should gain over the classic on a TPU
 CLASSIC_SHUFFLE = 60_000  # the classic MNIST tutorial's shuffle buffer: the whole training set
 
 
-def input_pipeline(context: Context) -> Outcome:
+def input_pipeline(context: Context, *, build=None) -> Outcome:
     """The collection's TFRecord pipeline (notebook 06, "vectorised" stage) against the
-    tutorial version ("naive"): examples per second, CPU work per example, static batches."""
-    from helpers import pipelines, timing
-
+    tutorial version ("naive"): examples per second, CPU work per example, static batches.
+    ``build`` replaces ``helpers.pipelines.build_pipeline`` (same arguments).
+    Run by the self-test of notebook 00."""
     images = context.images()
     count = context.size(512, len(images.x_train))
     batch = context.size(64, 128)
@@ -34,7 +56,7 @@ def input_pipeline(context: Context) -> Outcome:
     )
     out_size = context.size(32, 64)
     stages = {
-        stage: pipelines.build_pipeline(files, batch, stage, out_size=out_size)
+        stage: (build or pipelines.build_pipeline)(files, batch, stage, out_size=out_size)
         for stage in ("naive", "vectorised")
     }
     pipelines.fill_caches(stages, count // batch + 1)  # the vectorised stage's, in one pass
@@ -43,33 +65,50 @@ def input_pipeline(context: Context) -> Outcome:
     )
     naive, fast = measured["naive"], measured["vectorised"]
     shape = stages["vectorised"].element_spec[0].shape
-    static = shape.is_fully_defined() and shape[0] == batch
-    saving = naive.cpu_us_per_example / fast.cpu_us_per_example
     evidence = {
         "examples_per_second": round(fast.examples_per_second),
         "naive_examples_per_second": round(naive.examples_per_second),
         "speedup": fast.examples_per_second / naive.examples_per_second,
         "cpu_us_per_example": fast.cpu_us_per_example,
         "naive_cpu_us_per_example": naive.cpu_us_per_example,
-        "cpu_work_saving": saving,
+        "cpu_work_saving": naive.cpu_us_per_example / fast.cpu_us_per_example,
+        "batch_size": batch,
         "batch_shape": [None if d is None else int(d) for d in shape.as_list()],
         "photos": f"{count} PNG digits of {photos.shape[1]} px, cropped to {out_size} px",
     }
-    ok = static and saving > 1
-    summary = (
-        f"{fast.examples_per_second:,.0f} examples/s ({evidence['speedup']:.1f}x the naive "
-        f"pipeline, {saving:.1f}x less CPU work per example), batch shape {shape}"
+    return judge_input_pipeline(evidence)
+
+
+def judge_input_pipeline(evidence: dict) -> Outcome:
+    """Status and summary of :func:`input_pipeline` from its evidence. Taught in notebook 00."""
+    shape, batch = evidence["batch_shape"], evidence["batch_size"]
+    saving, speedup = evidence["cpu_work_saving"], evidence["speedup"]
+    shown = "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")"
+    problems = []
+    if None in shape or not shape or shape[0] != batch:
+        problems.append(
+            f"batches of shape {shown}, not one static shape with {batch} examples "
+            "(drop_remainder=True?)"
+        )
+    if not saving > 1:
+        problems.append(
+            f"the optimised pipeline did {1 / saving:.2f}x the naive one's CPU work per example: "
+            "caching and vectorising saved nothing"
+            if saving > 0
+            else f"the CPU work per example could not be compared (saving {saving})"
+        )
+    success = (
+        f"{evidence['examples_per_second']:,.0f} examples/s ({speedup:.1f}x the naive pipeline, "
+        f"{saving:.1f}x less CPU work per example), static batches of {shown}"
     )
-    return Outcome("pass" if ok else "fail", summary, evidence)
+    return judged(problems, success, evidence)
 
 
 def matmul_rate(context: Context) -> Outcome:
     """Chained square matmuls on every replica, in TFLOP/s: bfloat16 on a TPU, compared with the
-    generation's published peak per chip; float32 elsewhere, for information."""
+    generation's published peak per chip; float32 elsewhere, for information.
+    Run by the self-test of notebook 00."""
     import tensorflow as tf
-
-    from helpers import timing
-    from helpers.selftest.environment import tpu_generation
 
     strategy = context.need_strategy()
     replicas = context.replicas
@@ -111,31 +150,41 @@ def matmul_rate(context: Context) -> Outcome:
         summary = f"{rate * 1e3:,.1f} GFLOP/s {dtype.name} on {where}: no published peak to compare"
         return Outcome("info", summary, evidence)
     chips = replicas / generation.devices_per_chip
-    per_chip = rate / chips
-    fraction = per_chip / generation.peak_bf16_tflops
     evidence.update(
         tpu_generation=generation.name,
         chips=chips,
-        tflops_per_chip=per_chip,
+        tflops_per_chip=rate / chips,
         published_peak_tflops_per_chip=generation.peak_bf16_tflops,
-        fraction_of_peak=fraction,
+        fraction_of_peak=rate / chips / generation.peak_bf16_tflops,
         peak_source=generation.source,
     )
-    notes = (f"peak and the {PEAK_FRACTION_TO_PASS:.0%} threshold are {UNVERIFIED}",)
-    summary = (
-        f"{per_chip:.1f} TFLOP/s per chip = {fraction:.0%} of the {generation.name}'s published "
-        f"{generation.peak_bf16_tflops:g}"
+    return judge_matmul_rate(evidence)
+
+
+def judge_matmul_rate(evidence: dict) -> Outcome:
+    """Status and summary of :func:`matmul_rate` on a TPU of known generation, from its
+    evidence. Taught in notebook 00."""
+    fraction, per_chip = evidence["fraction_of_peak"], evidence["tflops_per_chip"]
+    rate = (
+        f"{per_chip:.1f} TFLOP/s per chip = {fraction:.0%} of the {evidence['tpu_generation']}'s "
+        f"published {evidence['published_peak_tflops_per_chip']:g}"
     )
-    return Outcome(
-        "pass" if fraction >= PEAK_FRACTION_TO_PASS else "fail", summary, evidence, notes
-    )
+    line = f"{PEAK_FRACTION_TO_PASS:.0%}"
+    words = (f"below the {line} this check needs", f"at least {line} needed")
+    note = f"peak and the {line} threshold are {UNVERIFIED}"
+    return _against_target(evidence, rate, fraction >= PEAK_FRACTION_TO_PASS, words, note)
+
+
+def _against_target(evidence: dict, measured: str, met: bool, words, note: str) -> Outcome:
+    """Pass with ``measured, words[1]`` when ``met``, else fail with ``measured, words[0]``."""
+    problems = [] if met else [f"{measured}, {words[0]}"]
+    return judged(problems, f"{measured}, {words[1]}", evidence, (note,))
 
 
 def mnist_shaped(images, count: int):
     """``count`` real digits (a ``data.Images``) enlarged to MNIST's 28x28 uint8 pixels, the set
-    repeated to reach ``count``, and their labels: the classic recipe's data, offline."""
-    from helpers import pipelines
-
+    repeated to reach ``count``, and their labels: the classic recipe's data, offline.
+    Taught in notebook 00."""
     pixels = pipelines.to_photos(images.x_train, 28)
     order = np.resize(np.arange(len(pixels)), count)
     return pixels[order], images.y_train[order]
@@ -145,10 +194,8 @@ def recipes(replicas: int, pixels: np.ndarray, labels: np.ndarray, spe: int) -> 
     """The stages from the classic Keras recipe to the collection's, each a dict with ``name``,
     ``change`` (over the stage before), ``input_dtype``, ``steps_per_execution`` and its
     ``dataset``; the first is the classic recipe, the last the collection's. Taught in 03 and
-    06; notebook 00 runs the readiness check on the last one."""
+    06; notebook 00 runs the readiness check on the last one. Taught in notebook 00."""
     import tensorflow as tf
-
-    from helpers import data
 
     global_batch = PER_REPLICA_BATCH * replicas
     floats = pixels.astype(np.float32) / 255  # the classic way: scaled on the host
@@ -197,10 +244,11 @@ def recipes(replicas: int, pixels: np.ndarray, labels: np.ndarray, spe: int) -> 
 
 
 def recipe_model(recipe: dict, strategy, image_shape=(28, 28, 1)):
-    """The same Dense-128 classifier for every recipe, compiled in ``strategy.scope()``."""
-    import keras
+    """The same Dense-128 classifier for every recipe, compiled in ``strategy.scope()``.
 
-    from helpers import models
+    Taught in notebook 00.
+    """
+    import keras
 
     with strategy.scope():
         model = models.build_classifier(
@@ -217,9 +265,7 @@ def recipe_model(recipe: dict, strategy, image_shape=(28, 28, 1)):
 def time_recipes(strategy, stages: list[dict], steps: int, epochs: int) -> dict:
     """``fitting.time_fit`` of each recipe stage (see :func:`recipes`) on ``strategy``: a
     ``FitTiming`` per stage name, the same model and data for each. One implementation for the
-    self-test and the benchmark (``tools/bench``)."""
-    from helpers import fitting
-
+    self-test and the benchmark (``tools/bench``). Taught in notebook 00."""
     return {
         stage["name"]: fitting.time_fit(
             recipe_model(stage, strategy), stage["dataset"], steps, epochs=epochs
@@ -230,9 +276,8 @@ def time_recipes(strategy, stages: list[dict], steps: int, epochs: int) -> dict:
 
 def keras_recipes(context: Context) -> Outcome:
     """The classic Keras recipe against the collection's (notebooks 03 and 06), in examples per
-    second of ``fit`` on the same model; in full mode each change's share too."""
-    from helpers import fitting
-
+    second of ``fit`` on the same model; in full mode each change's share too.
+    Run by the self-test of notebook 00."""
     strategy = context.need_strategy()
     replicas = context.replicas
     global_batch = PER_REPLICA_BATCH * replicas
@@ -268,13 +313,25 @@ def keras_recipes(context: Context) -> Outcome:
             later: rates[later] / rates[earlier]
             for earlier, later in zip(names, names[1:], strict=False)
         }
-    summary = (
+    if not context.on_tpu:
+        note = "on a CPU the ratio is for information; on a TPU the target is at least 2x"
+        summary = (
+            f"collection {rates[names[-1]]:,.0f} vs classic {rates[names[0]]:,.0f} examples/s: "
+            f"{ratio:.2f}x (for information on a CPU)"
+        )
+        return Outcome("info", summary, evidence, (note,))
+    return judge_recipes(evidence)
+
+
+def judge_recipes(evidence: dict) -> Outcome:
+    """Status and summary of :func:`keras_recipes` on a TPU, from its evidence. Taught in
+    notebook 00."""
+    rates, ratio = evidence["examples_per_second"], evidence["speedup"]
+    names = list(rates)
+    measured = (
         f"collection {rates[names[-1]]:,.0f} vs classic {rates[names[0]]:,.0f} examples/s: "
         f"{ratio:.2f}x"
     )
-    if not context.on_tpu:
-        note = "on a CPU the ratio is for information; on a TPU the target is at least 2x"
-        return Outcome("info", summary, evidence, (note,))
-    notes = (f"the {RECIPE_SPEEDUP_TARGET:g}x target on a TPU is {UNVERIFIED}",)
-    status = "pass" if ratio >= RECIPE_SPEEDUP_TARGET else "fail"
-    return Outcome(status, summary, evidence, notes)
+    target = f"the {RECIPE_SPEEDUP_TARGET:g}x target"
+    met, note = ratio >= RECIPE_SPEEDUP_TARGET, f"{target} on a TPU is {UNVERIFIED}"
+    return _against_target(evidence, measured, met, (f"below {target}", f"meets {target}"), note)

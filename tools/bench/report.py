@@ -1,8 +1,30 @@
-"""The report: rows in the order a reader wants them, values with units, ratios in words."""
+"""The report: rows in the order a reader wants them, values with units, ratios in words.
+
+Every word of judgement ("faster", "meets the target") is written from all the pairs a row
+measured, not from its median alone: a median ratio whose pairs fall on both sides of 1 is said
+to be unsettled, and a target is said to be met in every pair, by the medians only, or not.
+This is the benchmark's report (README, "Measured: the techniques side by side"); no notebook
+teaches it.
+"""
 
 from __future__ import annotations
 
 from bench.common import SIMULATED_REPLICAS, row
+
+__all__ = [
+    "NOTES",
+    "ORDER",
+    "RECIPE_NOTE",
+    "collect_rows",
+    "format_ratio",
+    "format_spread",
+    "format_value",
+    "markdown",
+    "note_for",
+    "rank",
+    "settled",
+    "target_verdict",
+]
 
 R = SIMULATED_REPLICAS
 # The report's order: the simulated TPU against one device, the two recipes, then each technique.
@@ -29,6 +51,7 @@ def rank(key: str) -> int:
 
 
 def format_value(value: float, unit: str) -> str:
+    """``value`` in ``unit`` as a reader wants it: ms/step, examples/s, KiB, seconds."""
     if unit == "s/step":
         return f"{value * 1e3:.3g} ms/step"
     if unit == "examples/s":
@@ -47,13 +70,24 @@ def _worse(better: str) -> str:
     return {"faster": "slower", "smaller": "larger"}[better]
 
 
-def format_ratio(ratio: float, better: str, bold: bool = True) -> str:
-    """'3.20x faster' or '2.50x slower' (the inverse), so a reader never divides in their head."""
+def settled(entry: dict) -> bool:
+    """True when every pair of a row says the same thing: counted, or all ratios on one side
+    of 1. A median ratio whose pairs disagree is no verdict."""
+    return bool(entry.get("exact")) or not (entry["ratio_low"] < 1 < entry["ratio_high"])
+
+
+def format_ratio(ratio: float, better: str, bold: bool = True, settled: bool = True) -> str:
+    """'3.20x faster' or '2.50x slower' (the inverse), so a reader never divides in their head.
+
+    Only a settled ratio (see :func:`settled`) is bold, and an unsettled one says so.
+    """
+    word = better if ratio > 1 else _worse(better)
     if round(ratio, 2) == 1.0:
-        return "1.00x (same)"
-    if ratio > 1:
-        return f"**{ratio:.2f}x {better}**" if bold else f"{ratio:.2f}x {better}"
-    return f"{1 / ratio:.2f}x {_worse(better)}"
+        return "1.00x (same)" if settled else "1.00x (unsettled)"
+    shown = f"{max(ratio, 1 / ratio):.2f}x {word}"
+    if not settled:
+        return f"{shown} (unsettled)"
+    return f"**{shown}**" if bold and ratio > 1 else shown
 
 
 def format_spread(entry: dict) -> str:
@@ -71,7 +105,24 @@ def format_spread(entry: dict) -> str:
     return f"{low:.2f}x to {high:.2f}x {word}"
 
 
+def target_verdict(entry: dict) -> str:
+    """The overhead row's target, judged from every pair: met in every pair, by the medians
+    only, or missed (``overhead`` = candidate time / baseline time, at most ``target``)."""
+    target, overhead = entry["target"], 1 / entry["ratio"]
+    best, worst = 1 / entry["ratio_high"], 1 / entry["ratio_low"]
+    said = f"overhead {overhead:.2f}x ({best:.2f}x to {worst:.2f}x over the pairs): "
+    goal = f"the target of at most {target:g}x"
+    if worst <= target:
+        return said + f"meets {goal} in every pair"
+    if overhead <= target:
+        return said + f"meets {goal} by the medians, not in every pair"
+    if best <= target:
+        return said + f"misses {goal} by the medians, though some pairs meet it"
+    return said + f"misses {goal} in every pair"
+
+
 def markdown(report: dict) -> str:
+    """The whole report as Markdown: hardware, versions, one table row per measurement, notes."""
     hw, v = report["hardware"], report["versions"]
     mode = "quick mode, `--quick`" if report["quick"] else "full mode"
     load = report.get("load_average") or {}
@@ -83,14 +134,15 @@ def markdown(report: dict) -> str:
         f"**Versions:** Python {v.get('Python', '?')}, TensorFlow {v.get('TensorFlow', '?')}, "
         f"Keras {v.get('Keras', '?')}, numpy {v.get('numpy', '?')}.  ",
         f"**Run:** {report['started']}, {report['seconds']:.0f} s in all; load average "
-        f"{load.get('start')} at the start, {load.get('end')} at the end (other programs "
-        "share this machine).",
+        f"{load.get('start')} at the start, {load.get('end')} at the end (the benchmark's own "
+        "work and any other program's).",
         "",
         "Each ratio compares a candidate with its baseline measured in the same run on the same "
         "machine, after a warm-up: the median baseline time over the median candidate time of "
         "paired repetitions (alternating where both sides run in one call, epoch by epoch for "
         "`fit`). The spread runs from the lowest to the highest ratio of one pair. Times are "
-        "synchronised (results fetched to the host).",
+        "synchronised (results fetched to the host). A ratio whose pairs fall on both sides of 1 "
+        "is marked unsettled, and only settled ones are in bold.",
         "",
         "| measurement | setting | baseline | candidate | baseline | candidate "
         "| ratio of medians | spread | runs |",
@@ -106,7 +158,8 @@ def markdown(report: dict) -> str:
             lines.append(
                 f"{head} {format_value(entry['baseline_value'], entry['unit'])} "
                 f"| {format_value(entry['candidate_value'], entry['unit'])} "
-                f"| {format_ratio(entry['ratio'], entry['better'])} | {format_spread(entry)} "
+                f"| {format_ratio(entry['ratio'], entry['better'], settled=settled(entry))} "
+                f"| {format_spread(entry)} "
                 f"| {entry['runs']} |"
             )
         elif "value" in entry:  # a whole-suite time: no baseline, no ratio
@@ -118,8 +171,13 @@ def markdown(report: dict) -> str:
             )
         else:
             lines.append(f"{head} | | **{entry['status']}** | {entry.get('reason', '')} | |")
-        if entry.get("note"):
-            notes.append(f"- *{entry['title'].strip()}* ({entry['key']}): {entry['note']}")
+        said = [entry.get("note", "")]
+        if entry["status"] == "measured" and "target" in entry and "ratio" in entry:
+            said.insert(0, target_verdict(entry))
+        if any(said):
+            notes.append(
+                f"- *{entry['title'].strip()}* ({entry['key']}): {'; '.join(filter(None, said))}"
+            )
     if notes:
         lines += ["", "Notes:", ""] + notes
     return "\n".join(lines) + "\n"
@@ -164,10 +222,11 @@ NOTES = {
     ),
     f"fit_spe_{R}": (
         "the simulated TPU's MirroredStrategy sums gradients with collective all-reduce ops, "
-        "which Keras 3 cannot run inside its multi-step loop (field notes, section 3), so "
-        "`helpers.fitting` chooses 1; the benchmark still tries 2 on every run and would "
-        "measure it once a Keras release fixes this. Under TPUStrategy this path is compiled "
-        "differently (unverified on hardware)."
+        "which Keras 3 releases up to 3.15 could not run inside their multi-step loop (field "
+        "notes, section 3), so `helpers.fitting` chooses 1; the benchmark tries 2 on every run: "
+        "the row's status says whether this Keras still fails (not supported, with its error) "
+        "or runs it (measured). Under TPUStrategy this path is compiled differently (unverified "
+        "on hardware)."
     ),
     f"fit_spe_{R}_reduce_to_one": (
         "the same devices and fit with `MirroredStrategy(cross_device_ops="
@@ -200,6 +259,7 @@ RECIPE_NOTE = (
 
 
 def note_for(key: str) -> str:
+    """What a row's measurement is, for the notes under the table."""
     if key == f"recipe_{R}":
         return RECIPE_NOTE
     if key == "recipe_1":
