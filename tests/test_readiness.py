@@ -880,3 +880,15 @@ def test_on_eight_replicas(run_python):
     assert "SPE_FAILS_AS_REPORTED" in out, out
     assert "OUTSIDE_FAILS_AS_REPORTED" in out and "RANDOM_STATE_FIT_RAN" in out, out
     assert "UNBUILT_adam_FAILED flagged=True" in out and "UNBUILT_sgd_RAN flagged=False" in out, out
+
+
+def test_a_clean_verdict_says_what_it_could_not_check(digits):
+    # An unbuilt model is not "checked", and a clean summary names the parts it skipped.
+    import keras
+
+    model = keras.Sequential([keras.layers.Dense(4)])  # no input shape: not built
+    ds = data.make_dataset(*digits, 64, replicas=8)
+    report = readiness.check(ds, model, replicas=8)
+    assert "model" not in report.checked and report.skipped
+    assert report.clean and "part(s) not checked, see report.skipped" in report.summary()
+    assert "not checked:" in report._repr_html_() and "skipped:" in str(report)

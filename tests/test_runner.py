@@ -77,12 +77,18 @@ def test_numbers_recorded_skips_unchanged_notebooks_and_stderr_flagged(tmp_path,
     )
     entries = {"01_ok": _entry("value is {value}")}
     code, (row,), printed = run([nb], entries, "--smoke", "--cache")
-    assert code == 0 and row["status"] == "passed"
+    assert code == 0 and row["status"] == "stderr"  # ran to the end, but not a clean pass
     assert row["results"] == {"smoke": True, "value": 0.25} and row["headline"] == "value is 0.25"
     assert row["stderr"] == ["cell 2: not expected"]  # papermill added a parameters cell
-    assert "| 01 ok | passed |" in printed and "(1 unexpected stderr outputs)" in printed
+    assert "| 01 ok | stderr |" in printed and "(1 unexpected stderr outputs)" in printed
+    assert "0 of 1 notebooks passed" in printed and "1 ran to the end but wrote" in printed
 
-    # Nothing changed: skipped, and the table still shows its result.
+    # Not cached: it runs again. Without the stderr it passes, and the next run skips it.
+    code, (row,), printed = run([nb], entries, "--smoke", "--cache")
+    assert "01_ok.ipynb: skipped" not in printed
+    nb.write_text(nb.read_text().replace("print('not expected', file=sys.stderr)", "pass"))
+    code, (row,), printed = run([nb], entries, "--smoke", "--cache")
+    assert row["status"] == "passed"
     code, (row,), printed = run([nb], entries, "--smoke", "--cache")
     assert "01_ok.ipynb: skipped" in printed and "| 01 ok | cached |" in printed
     assert "value is 0.25" in printed

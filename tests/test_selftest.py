@@ -23,22 +23,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import NO_TPU
 
 import helpers
-from helpers import routes, runtime, selftest, tpu_facts
+from helpers import processes, routes, runtime, selftest, tpu_facts
 from helpers.selftest import base, checks, cli, environment, report, speed
 from helpers.strategy import SIMULATED_TPU, StrategyInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [c.key for c in selftest.DEFAULT_CHECKS]
-TPU_MARKERS = (
-    *runtime.TPU_ENV_HINTS,
-    "COLAB_RELEASE_TAG",
-    "COLAB_GPU",
-    "KAGGLE_KERNEL_RUN_TYPE",
-    "KAGGLE_URL_BASE",
-    cli.RESTARTED_ENV,
-)
 
 PLANTED = """
 import contextlib
@@ -103,10 +96,10 @@ ALSO_IN_NOTEBOOK_00 = pytest.mark.slow
 
 
 def _child_env(cache: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in TPU_MARKERS}
-    # No install route recorded for this interpreter: the report must say "none recorded".
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore", XDG_CACHE_HOME=str(cache))
-    return env
+    # A laptop's environment (conftest.NO_TPU), not a restarted run; no install route recorded
+    # for this interpreter (a cache of its own): the report must say "none recorded".
+    extra = {**NO_TPU, cli.RESTARTED_ENV: None, "XDG_CACHE_HOME": str(cache)}
+    return processes.child_env({"PYTHONWARNINGS": "ignore", **extra}, cpu_only=False)
 
 
 def _run(tmp_path_factory, name: str, command: list[str]) -> dict:

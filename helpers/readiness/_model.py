@@ -20,10 +20,10 @@ def check_model(model, strategy, report: Report) -> None:
 
     Part of the readiness check, notebook 10.
     """
-    report.checked.append("model")
     if not getattr(model, "built", True) or not model.weights:
         report.skipped.append("model checks: the model is not built (call it once or use Input)")
         return
+    report.checked.append("model")  # only once there is a built model to check
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         _check_scope(model, strategy, report)
     doubles = [v.path for v in model.weights if _dtype_name(v) == "float64"]

@@ -96,11 +96,13 @@ class Report:
             parts.append(f"{self.stats['replicas']} replica(s)")
         if self.stats.get("global_batch") is not None:
             parts.append(f"global batch {self.stats['global_batch']}")
+        if self.skipped:  # a clean verdict must not hide what it could not look at
+            parts.append(f"{len(self.skipped)} part(s) not checked, see report.skipped")
         return "; ".join(parts)
 
     def text(self, notes: bool = True, width: int = 100) -> str:
         """The report as plain text: the summary line, then one block per finding."""
-        if self.clean and not notes:
+        if self.clean and not notes and not self.skipped:
             return self.summary()
         lines = [self.summary()]
         shown = self.findings if notes else self.problems
@@ -122,7 +124,7 @@ class Report:
     def _repr_html_(self) -> str:
         colour = {"error": "#c5221f", "warning": "#e37400", "note": "#5f6368"}
         head = html.escape(self.summary())
-        if self.clean:
+        if self.clean and not self.skipped:
             return f'<div style="color:#188038;font-weight:bold">{head}</div>'
         rows = "".join(
             f"<tr><td>{i}</td>"
@@ -135,9 +137,11 @@ class Report:
             for i, f in enumerate(self.findings, 1)
         )
         skipped = "".join(f"<li>{html.escape(s)}</li>" for s in self.skipped)
-        return (
-            f"<div><b>{head}</b><table>"
-            "<tr><th>#</th><th>severity</th><th>what</th><th>where</th>"
-            "<th>why it matters on a TPU</th><th>fix</th><th>code</th></tr>"
-            f"{rows}</table>" + (f"<small>skipped:<ul>{skipped}</ul></small>" if skipped else "")
-        ) + "</div>"
+        table = (
+            "<table><tr><th>#</th><th>severity</th><th>what</th><th>where</th>"
+            f"<th>why it matters on a TPU</th><th>fix</th><th>code</th></tr>{rows}</table>"
+            if self.findings
+            else ""
+        )
+        not_checked = f"<small>not checked:<ul>{skipped}</ul></small>" if skipped else ""
+        return f"<div><b>{head}</b>{table}{not_checked}</div>"

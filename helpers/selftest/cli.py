@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 
-from helpers import routes, runtime, selftest
+from helpers import processes, routes, runtime, selftest
 from helpers.selftest import environment
 from helpers.selftest.base import CheckResult
 from helpers.selftest.report import Report, standard_notes
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None, plan=None) -> int:
         md, js = setup_failure(problem, args.smoke, command).write(args.out)
         print(f"\nReport written to {md} and {js}")
         return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow's first import
+    # Before TensorFlow's first import: the one log level of helpers.processes.
+    os.environ.setdefault(processes.LOG_LEVEL_VARIABLE, processes.TF_LOG_LEVEL)
     # Keras warns on every fit with a tf.data input that its shuffle argument is ignored.
     warnings.filterwarnings("ignore", message=".*shuffle=True.* was passed", category=UserWarning)
     import tensorflow as tf  # here: after the log level above, and only once the install is done

@@ -77,4 +77,6 @@ def run_one(
     row["executed"] = str(executed)
     if executed.exists():
         row.update(summary.inspect(json.loads(executed.read_text(encoding="utf-8"))))
+    if row["status"] == "passed" and row.get("stderr"):
+        row["status"] = summary.STDERR_STATUS  # ran to the end, but wrote what it should not
     return row

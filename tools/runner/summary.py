@@ -18,6 +18,7 @@ from helpers import processes
 
 __all__ = [
     "EXPECTED_STDERR_TAG",
+    "STDERR_STATUS",
     "filled_headline",
     "headline",
     "inspect",
@@ -27,6 +28,9 @@ __all__ = [
 ]
 
 EXPECTED_STDERR_TAG = "expected-stderr"
+# A notebook that ran to its end but wrote to stderr outside the cells that teach it: not counted
+# as passed, not cached (so it runs again), but not a failure of the run either.
+STDERR_STATUS = "stderr"
 # "1 replicas" and the like, said in the singular.
 SINGULAR = re.compile(r"\b1 (replica|device|worker)s\b")
 
@@ -108,13 +112,15 @@ def _result_text(row: dict) -> str:
     """The result column: the error of a failed run, else the headline, with what to notice."""
     if row.get("error"):
         return row["error"]
-    if row["status"] not in ("passed", "cached"):
+    if row["status"] not in ("passed", "cached", STDERR_STATUS):
         return ""  # interrupted before it ran: no result to speak of
     text = row.get("headline", "")
     if row.get("stderr"):
         text += f" ({len(row['stderr'])} unexpected stderr outputs)"
     if row.get("tf_log_lines"):
-        text += f" ({row['tf_log_lines']} TensorFlow start-up log lines, harmless)"
+        text += (
+            f" ({row['tf_log_lines']} log lines TensorFlow wrote before any log setting applies)"
+        )
     return text
 
 
@@ -140,10 +146,13 @@ def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> 
     total = sum(row["seconds"] for row in rows)
     passed = sum(row["status"] in ("passed", "cached") for row in rows)
     cached = sum(row["status"] == "cached" for row in rows)
+    noisy = sum(row["status"] == STDERR_STATUS for row in rows)
     lines += [
         "",
-        f"{passed} of {len(rows)} notebooks passed ({cached} unchanged, from the cache); "
-        f"{total:.0f} s of execution" + (f", {wall:.0f} s wall." if wall is not None else "."),
+        f"{passed} of {len(rows)} notebooks passed ({cached} unchanged, from the cache)"
+        + (f"; {noisy} ran to the end but wrote unexpected stderr" if noisy else "")
+        + f"; {total:.0f} s of execution"
+        + (f", {wall:.0f} s wall." if wall is not None else "."),
     ]
     return "\n".join(lines)
 
