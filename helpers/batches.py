@@ -19,7 +19,10 @@ __all__ = ["BatchPlan", "per_replica_batch", "plan_batch", "split_batch"]
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """How a global batch splits over the replicas, and what a TPU core makes of its share."""
+    """How a global batch splits over the replicas, and what a TPU core makes of its share.
+
+    Part of helpers.batches, taught in notebooks 01, 03.
+    """
 
     per_replica: int
     replicas: int

@@ -34,22 +34,53 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+__all__ = [
+    "STATE_FILE",
+    "checkpoint_contents",
+    "checkpoint_files",
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointNotFoundError",
+    "fit_backup_callbacks",
+    "latest_checkpoint",
+    "make_checkpoint",
+    "Repair",
+    "repair",
+    "restore",
+    "resume",
+    "simulate_torn_save",
+]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
 
 STATE_FILE = "checkpoint"  # the file CheckpointManager rewrites, atomically, after each save
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used; the message says why and what to do."""
+    """A checkpoint cannot be used; the message says why and what to do.
+
+    Part of helpers.checkpoints, taught in notebook 08.
+    """
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
-    """There is no (complete) checkpoint where one was expected."""
+    """There is no (complete) checkpoint where one was expected.
+
+    Taught in notebook 08.
+    """
 
 
 class CheckpointMismatchError(CheckpointError, ValueError):
-    """The checkpoint does not fit the objects it is restored into."""
+    """The checkpoint does not fit the objects it is restored into.
+
+    Taught in notebook 08.
+    """
 
 
 def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **objects):
@@ -76,7 +107,10 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
 
 
 def checkpoint_files(prefix: str | os.PathLike) -> list[str]:
-    """The files of the checkpoint ``prefix`` (``.../ckpt-3``): its index and data shards."""
+    """The files of the checkpoint ``prefix`` (``.../ckpt-3``): its index and data shards.
+
+    Part of helpers.checkpoints, taught in notebook 08.
+    """
     prefix = Path(prefix)
     return sorted(
         p.name
@@ -135,7 +169,6 @@ def latest_checkpoint(directory: str | os.PathLike) -> str | None:
     an error and returns None there, and a restarted job would silently begin again from step 0.
     Taught in notebook 08.
     """
-    import warnings
 
     directory = os.fspath(directory)
     listed, _ = _listed(directory)
@@ -156,7 +189,10 @@ def latest_checkpoint(directory: str | os.PathLike) -> str | None:
 
 @dataclass
 class Repair:
-    """What :func:`repair` found and did."""
+    """What :func:`repair` found and did.
+
+    Part of helpers.checkpoints, taught in notebook 08.
+    """
 
     latest: str | None  # the checkpoint a restart resumes from
     dropped: list[str] = field(default_factory=list)  # listed, incomplete: no longer listed
@@ -193,7 +229,6 @@ def repair(directory: str | os.PathLike) -> Repair:
     (nothing is deleted then). Run it only while no other process saves into ``directory``.
     :func:`make_checkpoint` calls it. Taught in notebook 08.
     """
-    import shutil
 
     from tensorflow.python.checkpoint import checkpoint_management
 
@@ -247,6 +282,7 @@ def checkpoint_contents(path: str | os.PathLike) -> list[str]:
     Read from the checkpoint's object graph, not from the variable keys: a variable is stored
     under the *shortest* path that reaches it, so a model's weights may appear under
     ``optimizer/...`` (the optimizer also tracks them) although they belong to ``model``.
+    Taught in notebook 08.
     """
     import tensorflow as tf
     from tensorflow.core.protobuf import trackable_object_graph_pb2

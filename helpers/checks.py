@@ -10,12 +10,17 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 
+__all__ = ["expect_error", "ExpectedErrorMissing"]
+
 MAX_DETAIL_LINES = 6
 ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")  # Keras colours parts of its messages
 
 
 class ExpectedErrorMissing(AssertionError):
-    """The code under :func:`expect_error` finished without raising."""
+    """The code under :func:`expect_error` finished without raising.
+
+    Part of helpers.checks, taught in notebooks 01, 02, 03, 08.
+    """
 
 
 @contextmanager
@@ -25,6 +30,7 @@ def expect_error(*types: type[BaseException], match: str | None = None):
     ``match`` is a regular expression that the error message must contain. Yields a one-item
     list that holds the caught exception afterwards, for further checks. Long TensorFlow errors
     are shown short: their first line, the line ``match`` found, and how many lines were left out.
+    Taught in notebooks 01, 02, 03, 04, 05, 06, 07, 08, 09, 10.
     """
     types = types or (Exception,)
     caught: list[BaseException] = []

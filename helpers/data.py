@@ -13,12 +13,20 @@ import numpy as np
 
 from helpers import batches
 
+__all__ = ["ImageData", "load_images", "make_dataset", "network_available"]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 MNIST_HOST = ("storage.googleapis.com", 443)  # where keras.datasets.mnist downloads from
 
 
 @dataclass
 class ImageData:
-    """Images as float32 ``[N, H, W, 1]`` in [0, 1] and int32 labels, split in train and test."""
+    """Images as float32 ``[N, H, W, 1]`` in [0, 1] and int32 labels, split in train and test.
+
+    Part of helpers.data, taught in notebook 01.
+    """
 
     name: str
     x_train: np.ndarray
@@ -39,7 +47,10 @@ class ImageData:
 
 
 def network_available(address: tuple[str, int] = MNIST_HOST, timeout: float = 3.0) -> bool:
-    """True when a TCP connection to ``address`` opens within ``timeout`` seconds."""
+    """True when a TCP connection to ``address`` opens within ``timeout`` seconds.
+
+    Part of helpers.data, taught in notebook 01.
+    """
     try:
         with socket.create_connection(address, timeout=timeout):
             return True

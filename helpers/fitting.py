@@ -20,6 +20,23 @@ import numpy as np
 
 from helpers import timing
 
+__all__ = [
+    "check_loss_parity",
+    "cross_device_ops_name",
+    "Evaluation",
+    "FitTiming",
+    "LossMismatchError",
+    "scaled_learning_rate",
+    "single_device_evaluation",
+    "steps_per_execution_for",
+    "StepsChoice",
+    "time_fit",
+    "whole_executions",
+]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 # Reproduced on this project's machines with TF 2.19.1 and 2.21.0, Keras 3.8 to 3.15: under a
 # MirroredStrategy whose cross-device ops are collective all-reduces (its default), Keras' fit
 # with steps_per_execution > 1 fails on 2 or more replicas. The collective ops sit inside the
@@ -56,7 +73,10 @@ def scaled_learning_rate(
 
 
 class StepsChoice(NamedTuple):
-    """``steps_per_execution`` for ``model.compile`` and the reason for it."""
+    """``steps_per_execution`` for ``model.compile`` and the reason for it.
+
+    Part of helpers.fitting, taught in notebook 03.
+    """
 
     value: int
     reason: str
@@ -75,6 +95,7 @@ def cross_device_ops_name(strategy) -> str | None:
     ``MirroredStrategy()`` without ``cross_device_ops`` uses ``CollectiveAllReduce``.
     TensorFlow has no public accessor for it; this reads the strategy's private attribute and
     returns None when it is not there.
+    Taught in notebooks 02, 03.
     """
     ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
     return type(ops).__name__ if ops is not None else None
@@ -148,7 +169,10 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`)."""
+    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`).
+
+    Part of helpers.fitting, taught in notebook 03.
+    """
 
     loss: float
     accuracy: float
@@ -200,7 +224,10 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
 
 
 class LossMismatchError(AssertionError):
-    """The distributed loss is not finite or differs from the one-device reference."""
+    """The distributed loss is not finite or differs from the one-device reference.
+
+    Part of helpers.fitting, taught in notebook 03.
+    """
 
 
 def check_loss_parity(
@@ -211,6 +238,7 @@ def check_loss_parity(
 
     Raises :class:`LossMismatchError` naming the likely cause: NaN or infinity, or a factor of
     the replica count (a bug that older Keras 3 releases had under distribution). Notebook 03.
+    Taught in notebook 03.
     """
     if not rtol > 0:
         raise ValueError(f"rtol must be positive, got {rtol!r}")
@@ -241,7 +269,10 @@ def check_loss_parity(
 
 @dataclass(frozen=True)
 class FitTiming:
-    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`)."""
+    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`).
+
+    Part of helpers.fitting, taught in notebook 03.
+    """
 
     per_step: tuple[float, ...]
     first_epoch: float

@@ -31,22 +31,44 @@ import numpy as np
 from helpers import loops, runtime
 from helpers.batches import per_replica_batch
 
+__all__ = [
+    "accelerator_hints",
+    "batches",
+    "check_device_equivalence",
+    "classifier_layout",
+    "configure",
+    "mesh_shape",
+    "placement",
+    "RestartKernel",
+    "train_same_batches",
+    "xla_flags",
+]
+
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
 class RestartKernel(RuntimeError):
-    """This process already imported something that fixes the backend or the devices."""
+    """This process already imported something that fixes the backend or the devices.
+
+    Part of helpers.jax_port, taught in notebooks 04, 12.
+    """
 
 
 def accelerator_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
-    """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host."""
+    """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host.
+
+    Part of helpers.jax_port, taught in notebooks 04, 12.
+    """
     hints = runtime.tpu_hints(env, dev)
     hints += sorted(str(p) for p in Path(dev).glob("nvidia[0-9]*"))
     return hints
 
 
 def xla_flags(current: str, devices: int) -> str:
-    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept)."""
+    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept).
+
+    Part of helpers.jax_port, taught in notebooks 04, 12.
+    """
     kept = [flag for flag in current.split() if not flag.startswith(DEVICE_COUNT_FLAG + "=")]
     return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
 
@@ -93,7 +115,10 @@ def configure(
 
 
 def mesh_shape(devices: int, model: int = 4) -> tuple[int, int]:
-    """(batch, model) axes for ``devices``: ``model`` devices per copy when it divides, else 1."""
+    """(batch, model) axes for ``devices``: ``model`` devices per copy when it divides, else 1.
+
+    Taught in notebook 12.
+    """
     if devices < 1 or model < 1:
         raise ValueError(f"need positive sizes, got devices={devices}, model={model}")
     model = model if devices % model == 0 else 1
@@ -107,6 +132,7 @@ def classifier_layout(device_mesh, model_axis: str = "model"):
     holds ``hidden / model`` units; the logits kernel (hidden x classes) is split by rows to
     match. Every other variable stays replicated. Keys are regular expressions searched in each
     variable's path (``classifier/hidden/kernel``).
+    Taught in notebook 12.
     """
     import keras
 
@@ -121,6 +147,7 @@ def placement(array) -> str:
     """How a JAX array is laid out: its partition spec, when it has one, and its device count.
 
     One device gives a ``SingleDeviceSharding``, which has no spec.
+    Taught in notebook 12.
     """
     devices = len(array.sharding.device_set)
     spec = getattr(array.sharding, "spec", None)
@@ -150,6 +177,7 @@ def batches(
     ``seed`` and the epoch number, so every host draws the same order. With several hosts
     (``process_count`` > 1, e.g. ``jax.process_index()``/``jax.process_count()``), each host
     yields only its slice of each global batch, as Keras on JAX expects of each process.
+    Taught in notebooks 01, 03, 10, 12.
     """
     per_replica_batch(global_batch_size, process_count)
     if not 0 <= process_index < process_count:
@@ -204,6 +232,7 @@ def train_same_batches(
     The model is built in ``distribution.scope()`` (its variables take their layouts there),
     starts from ``weights`` when given, and trains with plain SGD, whose update is proportional
     to the gradient, on the first ``steps * global_batch_size`` rows.
+    Taught in notebook 12.
     """
     import keras
 

@@ -30,11 +30,17 @@ PROJECT = "tpu-field-guide"
 
 
 class ForeignHelpers(ImportError):
-    """``import helpers`` found another release of this collection; the message says what to do."""
+    """``import helpers`` found another release of this collection; the message says what to do.
+
+    Part of helpers.lesson, taught in notebook 01.
+    """
 
 
 def install_source() -> str | None:
-    """Where pip installed the helpers from, e.g. ``"main @ 1a2b3c4"``; None for a checkout."""
+    """Where pip installed the helpers from, e.g. ``"main @ 1a2b3c4"``; None for a checkout.
+
+    Part of helpers.lesson, taught in notebook 01.
+    """
     try:
         text = importlib.metadata.distribution(PROJECT).read_text("direct_url.json")
     except importlib.metadata.PackageNotFoundError:

@@ -16,12 +16,25 @@ replicas and on one, the same model must end with the same weights.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from helpers.batches import per_replica_batch
+
+__all__ = [
+    "build_optimizer",
+    "check_replica_equivalence",
+    "compare_runs",
+    "Equivalence",
+    "make_eval_steps",
+    "make_train_steps",
+    "predict",
+    "reference_strategy",
+    "ReplicaMismatchError",
+]
 
 
 def build_optimizer(strategy, optimizer, model):
@@ -30,6 +43,7 @@ def build_optimizer(strategy, optimizer, model):
     Keras 3 optimizers such as Adam create their slots on the first ``apply_gradients``. Inside
     ``strategy.run`` with 2 or more replicas that first call fails (``fn_with_cond``); building
     first avoids it. Returns the optimizer.
+    Taught in notebooks 02, 04, 06, 08, 10, 11.
     """
     with strategy.scope():
         optimizer.build(model.trainable_variables)
@@ -171,7 +185,10 @@ def predict(strategy, model, x: np.ndarray, global_batch_size: int) -> np.ndarra
 
 
 class ReplicaMismatchError(AssertionError):
-    """Training on many replicas and on one replica ended with different weights."""
+    """Training on many replicas and on one replica ended with different weights.
+
+    Taught in notebook 04.
+    """
 
 
 @dataclass
@@ -181,6 +198,7 @@ class Equivalence:
     ``max_weight_diff`` is the largest difference between the two runs' final weights;
     ``max_update`` the largest change of any weight during training (the scale of the test);
     the runs agree when the difference is below ``rtol * max_update``.
+    Part of helpers.loops, taught in notebook 04.
     """
 
     replicas: int
@@ -343,8 +361,6 @@ def check_replica_equivalence(
     x, y = np.asarray(x[:needed]), np.asarray(y[:needed])
 
     if make_step is not None:
-        import inspect
-
         import tensorflow as tf
 
         def make_steps(strategy_, model, optimizer, batch):

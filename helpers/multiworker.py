@@ -47,6 +47,31 @@ import numpy as np
 from helpers import batches, models, processes
 from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
 
+__all__ = [
+    "LOOPBACK",
+    "PARENT_PID_ENV",
+    "ensure_ports_free",
+    "free_ports",
+    "global_batches",
+    "isolation_available",
+    "LoopbackRun",
+    "PortInUseError",
+    "process_alive",
+    "replay_in_one_process",
+    "run_workers",
+    "tf_config",
+    "train_on_loopback",
+    "worker_dataset",
+    "worker_env",
+    "WorkerError",
+    "WorkerOutcome",
+    "WorkerRun",
+    "WorkersTimedOut",
+]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 LOOPBACK = "127.0.0.1"
 PARENT_PID_ENV = "FIELD_GUIDE_PARENT_PID"  # a worker exits when this process is gone
 WORKER_PROGRAM = "helpers._programs.worker"  # what each worker runs: python -m WORKER_PROGRAM
@@ -55,25 +80,37 @@ PORT_TAKEN_SIGNS = ("Address already in use", "Failed to add port", "Could not s
 
 
 class PortInUseError(OSError):
-    """A port the workers need is already taken on the loopback interface."""
+    """A port the workers need is already taken on the loopback interface.
+
+    Taught in notebook 09.
+    """
 
     pids: tuple[int, ...] = ()  # the workers started before the failure, all stopped
 
 
 class WorkerError(RuntimeError):
-    """A worker process exited with an error; the message holds the end of its log."""
+    """A worker process exited with an error; the message holds the end of its log.
+
+    Part of helpers.multiworker, taught in notebook 09.
+    """
 
     pids: tuple[int, ...] = ()
 
 
 class WorkersTimedOut(TimeoutError):
-    """The workers did not finish within the time allowed; they were stopped."""
+    """The workers did not finish within the time allowed; they were stopped.
+
+    Taught in notebook 09.
+    """
 
     pids: tuple[int, ...] = ()
 
 
 def process_alive(pid: int) -> bool:
-    """True while process ``pid`` runs (a zombie, exited but not yet reaped, counts as gone)."""
+    """True while process ``pid`` runs (a zombie, exited but not yet reaped, counts as gone).
+
+    Taught in notebook 09.
+    """
     stat = Path(f"/proc/{pid}/stat")
     if Path("/proc/self/stat").exists():  # Linux: read the state letter after "(name)"
         try:
@@ -90,7 +127,10 @@ def process_alive(pid: int) -> bool:
 
 
 def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """``count`` distinct ports that are free on ``host`` right now (chosen by the OS)."""
+    """``count`` distinct ports that are free on ``host`` right now (chosen by the OS).
+
+    Taught in notebook 09.
+    """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     sockets = []
@@ -110,6 +150,7 @@ def ensure_ports_free(ports: Sequence[int], host: str = LOOPBACK) -> None:
 
     Each port is tried on ``host`` and on the wildcard address, because TensorFlow's server
     listens on all interfaces: a port held on any of them would make it fail.
+    Part of helpers.multiworker, taught in notebook 09.
     """
     if len(set(ports)) != len(ports):
         raise ValueError(f"ports must be distinct, got {list(ports)}")
@@ -130,7 +171,10 @@ def ensure_ports_free(ports: Sequence[int], host: str = LOOPBACK) -> None:
 
 
 def tf_config(ports: Sequence[int], index: int, host: str = LOOPBACK) -> dict:
-    """The ``TF_CONFIG`` of worker ``index`` in a cluster of ``len(ports)`` workers on ``host``."""
+    """The ``TF_CONFIG`` of worker ``index`` in a cluster of ``len(ports)`` workers on ``host``.
+
+    Taught in notebook 09.
+    """
     if not 0 <= index < len(ports):
         raise ValueError(f"worker index {index} is outside a cluster of {len(ports)} workers")
     return {
@@ -149,6 +193,7 @@ def isolation_available() -> bool:
 
     Tries it once: create the namespace, bring its loopback up, and run a program inside it.
     Containers often forbid one of these steps; the answer is then False.
+    Taught in notebook 09.
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -217,7 +262,10 @@ class _PrivateNetwork:
 
 @dataclass
 class WorkerRun:
-    """One finished worker process: its exit code, run time and log file."""
+    """One finished worker process: its exit code, run time and log file.
+
+    Part of helpers.multiworker, taught in notebook 09.
+    """
 
     index: int
     pid: int
@@ -273,6 +321,7 @@ def run_workers(
     :class:`WorkerError` (a worker failed: the others are stopped at once) or
     :class:`WorkersTimedOut` (past ``timeout`` seconds). Whatever happens, every worker process
     has exited and been reaped when this returns or raises.
+    Taught in notebook 09.
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be at least 1, got {num_workers}")
@@ -395,7 +444,10 @@ def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
 
 @dataclass
 class WorkerOutcome:
-    """What one worker reports after training: its shard, losses and final weights."""
+    """What one worker reports after training: its shard, losses and final weights.
+
+    Part of helpers.multiworker, taught in notebook 09.
+    """
 
     task_id: int
     replicas_in_sync: int
@@ -411,7 +463,10 @@ class WorkerOutcome:
 
 @dataclass
 class LoopbackRun:
-    """The result of :func:`train_on_loopback`: one :class:`WorkerOutcome` per worker."""
+    """The result of :func:`train_on_loopback`: one :class:`WorkerOutcome` per worker.
+
+    Part of helpers.multiworker, taught in notebook 09.
+    """
 
     workers: list[WorkerOutcome]
     ports: list[int]
@@ -438,6 +493,7 @@ def train_on_loopback(
     ``x`` (images) and ``y`` (labels) are written once to a temporary file that every worker
     reads; each worker then keeps only its own shard of it (``InputContext.input_pipeline_id``).
     The temporary files are removed afterwards; the results are returned in memory.
+    Taught in notebook 09.
     """
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length: {len(x)} vs {len(y)}")
@@ -481,7 +537,10 @@ def train_on_loopback(
 
 
 def global_batches(run: LoopbackRun, steps: int) -> list[np.ndarray]:
-    """The example numbers of each step's global batch: every worker's share, in worker order."""
+    """The example numbers of each step's global batch: every worker's share, in worker order.
+
+    Part of helpers.multiworker, taught in notebook 09.
+    """
     batches = []
     for step in range(steps):
         parts = []
@@ -506,6 +565,7 @@ def replay_in_one_process(
     Multi-worker data parallelism is meant to compute exactly the update one device would make
     from the whole global batch. Replaying the batches the workers saw (see
     :func:`global_batches`) on one device checks that, up to float rounding.
+    Taught in notebook 09.
     """
     import keras
     import tensorflow as tf

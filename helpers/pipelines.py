@@ -34,6 +34,25 @@ import numpy as np
 # Measured here in notebook 06, kept with every other clock in helpers.timing.
 from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
 
+__all__ = [
+    "STAGES",
+    "augment",
+    "autoshard_preview",
+    "build_pipeline",
+    "check_roundtrip",
+    "decode",
+    "files_for_host",
+    "fill_caches",
+    "input_wait_fraction",
+    "parse",
+    "read_tfrecords",
+    "serialize_example",
+    "shard_plan",
+    "to_photos",
+    "transformations",
+    "write_tfrecords",
+]
+
 # Stage name -> what it adds to the one before. Each stage keeps everything above it.
 STAGES = {
     "naive": "read files one by one, decode and augment one example at a time, batch",
@@ -103,6 +122,7 @@ def serialize_example(image: np.ndarray, label: int, index: int) -> bytes:
 
     The index lets a reader check the round trip even when files are read in parallel and in
     no fixed order.
+    Part of helpers.pipelines, taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -157,14 +177,20 @@ def write_tfrecords(
 
 
 def parse(serialized):
-    """Parse one serialized example, or a batch of them, into a dict of tensors."""
+    """Parse one serialized example, or a batch of them, into a dict of tensors.
+
+    Taught in notebook 06.
+    """
     import tensorflow as tf
 
     return tf.io.parse_example(serialized, _feature_spec())
 
 
 def decode(serialized):
-    """Serialized example -> ``(uint8 image [H, W, 1], int32 label)``; per example."""
+    """Serialized example -> ``(uint8 image [H, W, 1], int32 label)``; per example.
+
+    Taught in notebook 06.
+    """
     import tensorflow as tf
 
     features = parse(serialized)
@@ -178,6 +204,7 @@ def augment(images, out_size: int):
     ``images`` are ``uint8`` ``[H, W, C]`` or ``[B, H, W, C]``; the result is float32 in [0, 1],
     ``out_size`` x ``out_size``. Every op works on a whole batch with a different random draw
     per image, so the same function serves the per-example and the vectorised pipelines.
+    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -203,6 +230,7 @@ def read_tfrecords(
     ``parallel=True`` reads several files at once with ``interleave``, which is what hides the
     latency of remote storage (GCS); ``False`` reads them one after another. ``deterministic``
     None follows the dataset's ``tf.data.Options`` (deterministic unless they say otherwise).
+    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -224,6 +252,7 @@ def check_roundtrip(files: Sequence[str], images: np.ndarray, labels: np.ndarray
 
     Raises ``AssertionError`` naming the first example that differs, is missing, or appears
     twice. Order does not matter: examples are matched by their stored index.
+    Taught in notebook 06.
     """
     import tensorflow as tf
 

@@ -12,6 +12,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+__all__ = [
+    "number",
+    "plot_assignments",
+    "plot_bars",
+    "plot_history",
+    "plot_step_shares",
+    "plot_worker_run",
+]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 
 def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: str = ""):
     """Training curves from a Keras ``History`` (or its ``.history`` dict), one panel per metric.

@@ -23,13 +23,32 @@ import numpy as np
 
 from helpers.timing import epoch_timer  # noqa: F401  (notebook 05 calls precision.epoch_timer)
 
+__all__ = [
+    "BITS",
+    "activation_bytes",
+    "check_float32_output",
+    "dtype_table",
+    "FloatFormat",
+    "format_table",
+    "global_policy",
+    "layer_dtypes",
+    "LayerDtypes",
+    "rounding_table",
+    "running_sum",
+    "to_bfloat16",
+    "weight_bytes",
+]
+
 # Bits of exponent and of stored mantissa (the leading 1 is implicit) per format.
 BITS = {"float32": (8, 23), "bfloat16": (8, 7), "float16": (5, 10)}
 
 
 @dataclass(frozen=True)
 class FloatFormat:
-    """The numbers a binary floating-point format can hold, derived from its bit layout."""
+    """The numbers a binary floating-point format can hold, derived from its bit layout.
+
+    Part of helpers.precision, taught in notebook 05.
+    """
 
     name: str
     exponent_bits: int
@@ -148,7 +167,10 @@ def global_policy(name: str):
 
 @dataclass(frozen=True)
 class LayerDtypes:
-    """One layer's dtypes: its policy, the dtype of its weights, of its math, of its output."""
+    """One layer's dtypes: its policy, the dtype of its weights, of its math, of its output.
+
+    Part of helpers.precision, taught in notebook 05.
+    """
 
     name: str
     kind: str
@@ -189,7 +211,10 @@ def _dtype_name(dtype) -> str:
 
 
 def dtype_table(model) -> str:
-    """:func:`layer_dtypes` as an aligned text table, one layer per line."""
+    """:func:`layer_dtypes` as an aligned text table, one layer per line.
+
+    Taught in notebook 05.
+    """
     header = ("layer", "kind", "policy", "variables", "compute", "output")
     rows = [header] + [
         (r.name, r.kind, r.policy, r.variable_dtype, r.compute_dtype, r.output_dtype or "-")
@@ -218,7 +243,10 @@ def check_float32_output(model) -> None:
 
 
 def weight_bytes(model) -> int:
-    """Bytes held by all of the model's variables (weights and non-trainable state)."""
+    """Bytes held by all of the model's variables (weights and non-trainable state).
+
+    Taught in notebook 05.
+    """
     import tensorflow as tf
 
     return int(sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in model.weights))

@@ -70,7 +70,10 @@ LOG_NAME = "progress.jsonl"
 
 @dataclass
 class RunConfig:
-    """One training run; the same config must be given again to resume it."""
+    """One training run; the same config must be given again to resume it.
+
+    Taught in notebook 08.
+    """
 
     mode: str
     workdir: str
@@ -196,7 +199,10 @@ def resumable_dataset(
 
 
 def weights_digest(model) -> str:
-    """A short SHA-256 of all the model's weights: equal digests mean bit-identical weights."""
+    """A short SHA-256 of all the model's weights: equal digests mean bit-identical weights.
+
+    Taught in notebook 08.
+    """
     digest = hashlib.sha256()
     for weight in model.get_weights():
         digest.update(weight.tobytes())
@@ -222,6 +228,7 @@ def command(config: RunConfig, *, defaults: bool = True) -> list[str]:
     """The command line that runs ``config`` in a new Python process.
 
     ``defaults=False`` leaves out the flags that only repeat a default, to show it to a reader.
+    Taught in notebook 08.
     """
     args = [sys.executable, "-m", PROGRAM]
     default = {f.name: f.default for f in fields(RunConfig)}
@@ -234,7 +241,10 @@ def command(config: RunConfig, *, defaults: bool = True) -> list[str]:
 
 
 def read_progress(path: str | os.PathLike) -> list[dict]:
-    """The events logged so far (a line still being written is left for the next read)."""
+    """The events logged so far (a line still being written is left for the next read).
+
+    Taught in notebook 08.
+    """
     path = Path(path)
     if not path.exists():
         return []
@@ -248,12 +258,18 @@ def read_progress(path: str | os.PathLike) -> list[dict]:
 
 
 class RunFailed(RuntimeError):
-    """The training process did not do what was expected; the message holds its output."""
+    """The training process did not do what was expected; the message holds its output.
+
+    Part of helpers.preemption, taught in notebook 08.
+    """
 
 
 @dataclass
 class Outcome:
-    """How one process ended: its return code, pid and the events it logged."""
+    """How one process ended: its return code, pid and the events it logged.
+
+    Part of helpers.preemption, taught in notebook 08.
+    """
 
     returncode: int
     pid: int
@@ -294,6 +310,7 @@ def run_until_killed(
     ``kill_when`` gets this process's events so far; by default it waits for the ``hold`` event
     (``config.hold_at``). Raises :class:`RunFailed` if the process ends on its own or
     ``timeout`` seconds pass first (the process is then killed, never left running).
+    Taught in notebook 08.
     """
     if kill_when is None:
         if config.hold_at is None:
@@ -331,6 +348,7 @@ def run_to_end(
 
     With ``crash``, the end expected is the process killing itself (``config.crash_at``): then
     :class:`RunFailed` unless it died of SIGKILL.
+    Taught in notebook 08.
     """
     start = time.monotonic()
     proc, out = _launch(config, env)

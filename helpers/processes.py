@@ -63,7 +63,10 @@ _EARLY_ABSL = re.compile(r"^[IW]\d{4} ")  # an absl INFO or WARNING line, as 2.1
 
 
 def tensorflow_version() -> str:
-    """The installed TensorFlow's version, whichever distribution brought it ("" if none)."""
+    """The installed TensorFlow's version, whichever distribution brought it ("" if none).
+
+    Part of helpers.processes, taught in notebooks 08, 09.
+    """
     for name in ("tensorflow", "tensorflow-cpu", "tensorflow-tpu"):
         try:
             return importlib.metadata.version(name)
@@ -73,7 +76,10 @@ def tensorflow_version() -> str:
 
 
 def unsilenceable_logs_here(version: str | None = None) -> bool:
-    """True with the TensorFlow releases (2.19, 2.20) whose early absl lines no setting reaches."""
+    """True with the TensorFlow releases (2.19, 2.20) whose early absl lines no setting reaches.
+
+    Part of helpers.processes, taught in notebooks 08, 09.
+    """
     version = tensorflow_version() if version is None else version
     return version.startswith(("2.19.", "2.20."))
 
@@ -84,6 +90,7 @@ def harmless(line: str, *, early_absl: bool | None = None) -> bool:
     ``early_absl`` (by default: with TensorFlow 2.19 or 2.20) also counts any absl INFO or
     WARNING line as harmless, since those releases write them before any setting applies.
     Errors (``E0000 ...``) are never harmless.
+    Part of helpers.processes, taught in notebooks 08, 09.
     """
     if HARMLESS_LOG.search(line):
         return True
@@ -92,7 +99,10 @@ def harmless(line: str, *, early_absl: bool | None = None) -> bool:
 
 
 def without_tpu_hints(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the variables that make a host look like a TPU VM."""
+    """``env`` without the variables that make a host look like a TPU VM.
+
+    Part of helpers.processes, taught in notebooks 08, 09.
+    """
     return {name: value for name, value in env.items() if name not in TPU_ENV_HINTS}
 
 
@@ -107,6 +117,7 @@ def child_env(
     TensorFlow's log level is set unless the user chose one, Python writes unbuffered (a parent
     follows the child's output as it comes), and with ``cpu_only`` the child keeps off this
     process's TPU or GPU. ``extra`` comes last; a value of None removes that variable.
+    Part of helpers.processes, taught in notebooks 08, 09.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault(LOG_LEVEL_VARIABLE, TF_LOG_LEVEL)
@@ -127,5 +138,6 @@ def default_sigint() -> None:
     A program started from a shell's background job (``make test &``, ``nohup``) inherits SIGINT
     ignored, and Python then installs no handler of its own: a parent that stops its children
     with SIGINT would wait for nothing. Every child program calls this first.
+    Part of helpers.processes, taught in notebooks 08, 09.
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -27,7 +27,10 @@ PYTHONS_CHECKED = ("3.10", "3.11", "3.12", "3.13", "3.14")
 
 @dataclass(frozen=True)
 class Fact:
-    """One statement the routes rely on, with where it comes from."""
+    """One statement the routes rely on, with where it comes from.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
 
     text: str
     source: str
@@ -40,7 +43,10 @@ class Fact:
 
 @dataclass(frozen=True)
 class TPURelease:
-    """A ``tensorflow-tpu`` release and the ``libtpu`` to install with it."""
+    """A ``tensorflow-tpu`` release and the ``libtpu`` to install with it.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
 
     tensorflow: str
     pythons: tuple[str, ...]  # the CPython versions with a wheel on PyPI
@@ -65,7 +71,10 @@ class TPURelease:
 
 @dataclass(frozen=True)
 class Platform:
-    """What a hosted TPU platform ships and how a user changes it."""
+    """What a hosted TPU platform ships and how a user changes it.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
 
     name: str
     label: str
@@ -237,7 +246,10 @@ OTHER = Platform(
 
 
 def platform_facts(platform: str) -> Platform:
-    """The facts for ``platform`` (a name from ``runtime.detect_platform``); unknown: OTHER."""
+    """The facts for ``platform`` (a name from ``runtime.detect_platform``); unknown: OTHER.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
     return PLATFORMS.get(platform, OTHER)
 
 
@@ -245,12 +257,18 @@ def platform_facts(platform: str) -> Platform:
 
 
 class NoRoute(RuntimeError):
-    """No TPU build of TensorFlow has a wheel for this Python; the message says the way out."""
+    """No TPU build of TensorFlow has a wheel for this Python; the message says the way out.
+
+    Taught in notebook 01.
+    """
 
 
 @dataclass(frozen=True)
 class Route:
-    """How to get a TensorFlow that drives the TPU on one platform and Python."""
+    """How to get a TensorFlow that drives the TPU on one platform and Python.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
 
     platform: str
     python: str
@@ -293,13 +311,19 @@ class Route:
 
 
 def python_version(version_info=None) -> str:
-    """``"3.13"`` for the running interpreter (or for ``version_info``)."""
+    """``"3.13"`` for the running interpreter (or for ``version_info``).
+
+    Taught in notebook 01.
+    """
     info = sys.version_info if version_info is None else version_info
     return f"{info[0]}.{info[1]}"
 
 
 def releases_for(python: str) -> list[TPURelease]:
-    """The TPU builds with a wheel for ``python``, preferred first."""
+    """The TPU builds with a wheel for ``python``, preferred first.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
     return [r for r in RELEASES if python in r.pythons]
 
 
@@ -308,6 +332,7 @@ def choose_route(platform: str = "other", python: str | None = None) -> Route:
 
     Raises :class:`NoRoute`, naming the Pythons that work and the platform's way out, when no
     TPU build of TensorFlow has a wheel for ``python``.
+    Taught in notebook 01.
     """
     python = python or python_version()
     where = platform_facts(platform)
@@ -352,7 +377,10 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def route_table(pythons: tuple[str, ...] = PYTHONS_CHECKED) -> list[dict]:
-    """Every platform x Python pair with its route or the reason there is none (README, 01)."""
+    """Every platform x Python pair with its route or the reason there is none (README, 01).
+
+    Part of helpers.routes, taught in notebook 01.
+    """
     rows = []
     for platform in (*PLATFORMS, OTHER.name):
         for python in pythons:
@@ -412,7 +440,10 @@ def _record_path() -> Path:
 
 
 def record_installed(route: Route, path: Path | None = None) -> Path:
-    """Remember that ``route`` was installed here, for the self-test's report after a restart."""
+    """Remember that ``route`` was installed here, for the self-test's report after a restart.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
     path = path or _record_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {**route.to_dict(), "python_executable": sys.executable}
@@ -421,7 +452,10 @@ def record_installed(route: Route, path: Path | None = None) -> Path:
 
 
 def installed_route(path: Path | None = None) -> dict | None:
-    """The route :func:`record_installed` saved for this interpreter, or None."""
+    """The route :func:`record_installed` saved for this interpreter, or None.
+
+    Part of helpers.routes, taught in notebook 01.
+    """
     path = path or _record_path()
     try:
         record = json.loads(path.read_text(encoding="utf-8"))

@@ -18,6 +18,21 @@ from pathlib import Path
 from helpers import failures, routes
 from helpers.processes import TPU_ENV_HINTS
 
+__all__ = [
+    "COLAB_ENV",
+    "KAGGLE_ENV",
+    "detect_platform",
+    "ensure_tensorflow",
+    "RestartRequired",
+    "tensorflow_distribution",
+    "tensorflow_tpu_support",
+    "tpu_fix_commands",
+    "tpu_hints",
+    "TPUSupport",
+    "TPUUnusableError",
+    "unusable_tpu_message",
+]
+
 # Environment variables by which a hosted notebook platform is recognised.
 COLAB_ENV = ("COLAB_RELEASE_TAG", "COLAB_GPU")
 KAGGLE_ENV = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
@@ -33,11 +48,17 @@ TF_DISTRIBUTIONS = (
 
 
 class TPUUnusableError(RuntimeError):
-    """TPU hardware is present but this TensorFlow cannot use it. The message says the fix."""
+    """TPU hardware is present but this TensorFlow cannot use it. The message says the fix.
+
+    Part of helpers.runtime, taught in notebook 01.
+    """
 
 
 class RestartRequired(RuntimeError):
-    """Packages were installed into the running kernel; it must restart to load them."""
+    """Packages were installed into the running kernel; it must restart to load them.
+
+    Part of helpers.runtime, taught in notebook 01.
+    """
 
 
 def detect_platform(env: Mapping[str, str] | None = None) -> str:
@@ -72,7 +93,10 @@ def tpu_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") ->
 
 
 def tensorflow_distribution() -> tuple[str, str] | None:
-    """Return ``(distribution, version)`` of the installed TensorFlow, or None if there is none."""
+    """Return ``(distribution, version)`` of the installed TensorFlow, or None if there is none.
+
+    Taught in notebook 01.
+    """
     for name in TF_DISTRIBUTIONS:
         try:
             return name, importlib.metadata.version(name)
@@ -90,7 +114,10 @@ def _installed(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class TPUSupport:
-    """Whether the installed TensorFlow can drive a TPU: ``usable`` is True, False or None (unknown)."""
+    """Whether the installed TensorFlow can drive a TPU: ``usable`` is True, False or None (unknown).
+
+    Taught in notebook 01.
+    """
 
     usable: bool | None
     reason: str
@@ -142,6 +169,7 @@ def tpu_fix_commands(platform: str | None = None, python: str | None = None) -> 
     """The shell commands that give this platform a TensorFlow able to drive its TPU.
 
     Raises :class:`helpers.routes.NoRoute` when no TPU build has a wheel for ``python``.
+    Part of helpers.runtime, taught in notebook 01.
     """
     platform = platform or detect_platform()
     return list(routes.choose_route(platform, python).commands)
@@ -155,6 +183,7 @@ def unusable_tpu_message(
     The fix is the install route for this platform and Python (default: this interpreter's, see
     :mod:`helpers.routes`); where no
     route exists the message says so and names the way out instead of a command that would fail.
+    Taught in notebook 01.
     """
     found = (
         f"TPU hardware was found ({', '.join(hints)}) but TensorFlow cannot use it: "
@@ -178,7 +207,16 @@ def unusable_tpu_message(
 
 
 def _pip(command: str) -> None:
-    """Run one pip command of a route, shown as it runs; a failure ends with its known fix."""
+    """Run one pip command of a route, shown as it runs; a failure ends with its known fix.
+
+    Refused where no TPU hardware is in sight: a TPU build of TensorFlow brings libtpu, which on
+    a host without a TPU queries the cloud metadata service for minutes at every import.
+    """
+    if not tpu_hints():
+        raise TPUUnusableError(
+            f"Refusing to run `{command}`: no TPU hardware is in sight on this host, and a TPU "
+            "build of TensorFlow (with its libtpu) belongs only on a TPU VM."
+        )
     args = command.split()[1:]  # drop the leading "pip"
     print("$", command, flush=True)
     proc = subprocess.run(

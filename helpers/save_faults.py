@@ -21,23 +21,35 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Callable
+
+__all__ = ["PHASES", "crash", "interrupt_save", "SaveInterrupted", "sigkill"]
 
 PHASES = ("shards", "merge", "commit", "rename", "sweep", "restate")
 
 
 class SaveInterrupted(RuntimeError):
-    """Raised by :func:`crash` in place of a kill, when the process must survive (notebooks)."""
+    """Raised by :func:`crash` in place of a kill, when the process must survive (notebooks).
+
+    Taught in notebook 08.
+    """
 
 
 def crash(phase: str) -> None:
-    """An action for :func:`interrupt_save`: raise :class:`SaveInterrupted`."""
+    """An action for :func:`interrupt_save`: raise :class:`SaveInterrupted`.
+
+    Part of helpers.save_faults, taught in notebook 08.
+    """
     raise SaveInterrupted(f"save interrupted in phase '{phase}'")
 
 
 def sigkill(phase: str = "") -> None:
-    """An action for :func:`interrupt_save`: SIGKILL this process (no cleanup of any kind)."""
+    """An action for :func:`interrupt_save`: SIGKILL this process (no cleanup of any kind).
+
+    Part of helpers.save_faults, taught in notebook 08.
+    """
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -47,6 +59,7 @@ def interrupt_save(phase: str, action: Callable[[str], None] = crash):
 
     Only the first time in the block: later saves run normally. See the module docstring for
     the phases.
+    Taught in notebook 08.
     """
     from tensorflow.python.checkpoint import checkpoint_management as cm
     from tensorflow.python.lib.io import file_io
@@ -107,7 +120,6 @@ def _text(value) -> str:
 
 
 def _remove_tree(path: str) -> None:
-    import shutil
 
     if path.endswith("_temp"):
         shutil.rmtree(path, ignore_errors=True)

@@ -22,12 +22,28 @@ from dataclasses import dataclass, field
 
 from helpers import failures, runtime
 
+__all__ = [
+    "SIMULATED_TPU",
+    "connect",
+    "describe",
+    "simulated_tpu",
+    "StrategyError",
+    "StrategyInfo",
+    "untuned_distributed_input",
+]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 SIMULATED_TPU = "simulated TPU"
 KINDS = ("TPU", "several GPUs", SIMULATED_TPU, "one device")
 
 
 class StrategyError(RuntimeError):
-    """The strategy asked for cannot be built in this kernel; the message says what to do."""
+    """The strategy asked for cannot be built in this kernel; the message says what to do.
+
+    Taught in notebook 01.
+    """
 
 
 @dataclass
@@ -56,6 +72,7 @@ def connect(
             the CPU instead of raising :class:`helpers.runtime.TPUUnusableError`.
 
     Calling again with the same arguments returns the same strategy object.
+    Part of helpers.strategy, taught in notebook 01.
     """
     if isinstance(simulated_replicas, bool) or not isinstance(simulated_replicas, int):
         raise TypeError(f"simulated_replicas must be an int, got {simulated_replicas!r}")
@@ -239,7 +256,10 @@ class StrategyInfo:
 
 
 def describe(strategy=None) -> StrategyInfo:
-    """Describe ``strategy`` (default: the one :func:`connect` returned in this kernel)."""
+    """Describe ``strategy`` (default: the one :func:`connect` returned in this kernel).
+
+    Part of helpers.strategy, taught in notebook 01.
+    """
     import keras
     import tensorflow as tf
 

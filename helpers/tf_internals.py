@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = [
+    "assign_to_logical_device",
+    "replicate_to_logical_devices",
+    "split_to_logical_devices",
+    "validate_tpu_run_function",
+]
+
 
 def validate_tpu_run_function(fn) -> None:
     """Run ``TPUStrategy.run``'s first check on ``fn`` without a TPU (notebook 04).

@@ -25,12 +25,28 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+__all__ = [
+    "compare",
+    "compare_throughput",
+    "compare_timings",
+    "Comparison",
+    "epoch_timer",
+    "fetch",
+    "Throughput",
+    "time_call",
+    "Timing",
+]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 
 def fetch(result):
     """Bring ``result`` to the host and return it as numpy / Python values.
 
     Walks lists, tuples and dicts; anything with a ``.numpy()`` method (TensorFlow tensors,
     per-replica values' components) is converted, which waits for the device to finish.
+    Part of helpers.timing, taught in notebooks 03, 06.
     """
     if isinstance(result, dict):
         return {key: fetch(value) for key, value in result.items()}
@@ -43,7 +59,10 @@ def fetch(result):
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds measured over repetitions; ``median``, ``low`` and ``high`` summarise them."""
+    """Seconds measured over repetitions; ``median``, ``low`` and ``high`` summarise them.
+
+    Part of helpers.timing, taught in notebooks 03, 06.
+    """
 
     seconds: tuple[float, ...]
 
@@ -89,6 +108,7 @@ def time_call(
 
     Each call's result goes through :func:`fetch` before the clock stops. ``on_repeat(i,
     seconds)`` is called after each timed repetition (progress output).
+    Part of helpers.timing, taught in notebooks 03, 06.
     """
     _check_counts(repeats, warmup)
     for _ in range(warmup):
@@ -103,7 +123,10 @@ def time_call(
 
 @dataclass(frozen=True)
 class Comparison:
-    """A baseline and a candidate timed alternately; ``ratios`` are baseline / candidate."""
+    """A baseline and a candidate timed alternately; ``ratios`` are baseline / candidate.
+
+    Part of helpers.timing, taught in notebooks 03, 06.
+    """
 
     baseline: Timing
     candidate: Timing
@@ -140,6 +163,7 @@ def compare(
 
     Both are warmed up first. ``on_repeat(i, baseline_seconds, candidate_seconds)`` reports
     progress.
+    Taught in notebook 04.
     """
     _check_counts(repeats, warmup)
     for _ in range(warmup):
@@ -221,7 +245,10 @@ def _batch_size(batch) -> int:
 @dataclass(frozen=True)
 class Throughput:
     """One pipeline measured over several rounds: seconds per batch, by the wall clock and in
-    CPU time of the whole process (all its threads), one value of each per round."""
+    CPU time of the whole process (all its threads), one value of each per round.
+
+    Part of helpers.timing, taught in notebooks 03, 06.
+    """
 
     batch_size: int
     wall_seconds: tuple[float, ...]

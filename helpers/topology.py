@@ -30,11 +30,37 @@ import numpy as np
 from helpers import plots
 from helpers.tpu_facts import GENERATIONS
 
+__all__ = [
+    "assignment_grid",
+    "assignment_table",
+    "build_assignment",
+    "build_topology",
+    "check_logical_device",
+    "check_split",
+    "computation_shape_for",
+    "core_usage",
+    "device_coordinates",
+    "matching_slice",
+    "plot_assignments",
+    "same_layout",
+    "sharding_annotations",
+    "slice_spec",
+    "SliceSpec",
+    "SplitError",
+    "tpu_topology",
+]
+
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 GIB = 2**30
 
 
 class SplitError(ValueError):
-    """A tensor cannot be split over the logical devices as asked; the message says why."""
+    """A tensor cannot be split over the logical devices as asked; the message says why.
+
+    Part of helpers.topology, taught in notebook 07.
+    """
 
 
 @dataclass(frozen=True)
@@ -43,6 +69,7 @@ class SliceSpec:
 
     ``host_chips`` is the block of chips one host (TensorFlow *task*) drives; the slice's chip
     grid is tiled by such blocks, so ``hosts = prod(chips / host_chips)``.
+    Part of helpers.topology, taught in notebook 07.
     """
 
     name: str
@@ -126,7 +153,10 @@ SLICES: dict[str, SliceSpec] = {name: _slice(name) for name in _GRIDS}
 
 
 def slice_spec(name: str | SliceSpec) -> SliceSpec:
-    """Look up a slice by name (``"v3-8"``, ``"v5e-8"``, ``"v5e-1"``, ``"v3-32"``)."""
+    """Look up a slice by name (``"v3-8"``, ``"v5e-8"``, ``"v5e-1"``, ``"v3-32"``).
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     if isinstance(name, SliceSpec):
         return name
     try:
@@ -141,6 +171,7 @@ def device_coordinates(spec: str | SliceSpec) -> np.ndarray:
     Hosts tile the chip grid in ``host_chips`` blocks, x fastest. Within a host the devices go core
     fastest, then x, then y, then z: the order of the recorded v2/v3-8 topology (see
     :data:`SLICES` for what is verified).
+    Part of helpers.topology, taught in notebook 07.
     """
     spec = slice_spec(spec)
     hx, hy, hz = spec.host_chips
@@ -161,7 +192,10 @@ def device_coordinates(spec: str | SliceSpec) -> np.ndarray:
 
 
 def build_topology(spec: str | SliceSpec):
-    """A ``tf.tpu.experimental.Topology`` for a slice in :data:`SLICES`, built on any machine."""
+    """A ``tf.tpu.experimental.Topology`` for a slice in :data:`SLICES`, built on any machine.
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     import tensorflow as tf
 
     spec = slice_spec(spec)
@@ -176,6 +210,7 @@ def computation_shape_for(mesh_shape: Sequence[int], logical_devices: int) -> li
     Cores of the same chip are taken first (they share the chip's fastest links), then the block
     grows along its shortest side among x, y and z, so it stays compact. Every side must divide
     the mesh, so that identical blocks tile the whole slice: no core is left idle.
+    Part of helpers.topology, taught in notebook 07.
     """
     if isinstance(logical_devices, bool) or not isinstance(logical_devices, (int, np.integer)):
         raise TypeError(f"logical_devices must be an int, got {logical_devices!r}")
@@ -222,6 +257,7 @@ def build_assignment(topology, logical_devices: int = 1):
 
     ``num_replicas x logical_devices`` equals the slice's core count: every core serves exactly
     one (replica, logical device) pair.
+    Part of helpers.topology, taught in notebook 07.
     """
     import tensorflow as tf
 
@@ -234,7 +270,10 @@ def build_assignment(topology, logical_devices: int = 1):
 
 
 def core_usage(assignment) -> np.ndarray:
-    """How many (replica, logical device) pairs each core of the mesh serves (want: all 1)."""
+    """How many (replica, logical device) pairs each core of the mesh serves (want: all 1).
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     mesh = [int(m) for m in assignment.topology.mesh_shape]
     counts = np.zeros(mesh, dtype=np.int32)
     for coords in np.asarray(assignment.core_assignment).reshape(-1, len(mesh)):
@@ -243,7 +282,10 @@ def core_usage(assignment) -> np.ndarray:
 
 
 def assignment_grid(assignment) -> tuple[np.ndarray, np.ndarray]:
-    """Two mesh-shaped arrays: the replica and the logical device each core serves (-1: idle)."""
+    """Two mesh-shaped arrays: the replica and the logical device each core serves (-1: idle).
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     mesh = [int(m) for m in assignment.topology.mesh_shape]
     replica = np.full(mesh, -1, dtype=np.int32)
     logical = np.full(mesh, -1, dtype=np.int32)
@@ -258,7 +300,10 @@ def assignment_grid(assignment) -> tuple[np.ndarray, np.ndarray]:
 
 
 def assignment_table(assignment) -> list[dict]:
-    """One row per (replica, logical device): mesh coordinates, host (task) and TPU device index."""
+    """One row per (replica, logical device): mesh coordinates, host (task) and TPU device index.
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     topology = assignment.topology
     rows = []
     for r in range(assignment.num_replicas):
@@ -277,14 +322,20 @@ def assignment_table(assignment) -> list[dict]:
 
 
 def same_layout(a, b) -> bool:
-    """True when two topologies have the same mesh and list their devices in the same order."""
+    """True when two topologies have the same mesh and list their devices in the same order.
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     return np.array_equal(a.mesh_shape, b.mesh_shape) and np.array_equal(
         a.device_coordinates, b.device_coordinates
     )
 
 
 def matching_slice(topology) -> str | None:
-    """The name of the :data:`SLICES` entry whose layout equals ``topology``, or None."""
+    """The name of the :data:`SLICES` entry whose layout equals ``topology``, or None.
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     for name in SLICES:
         if same_layout(topology, build_topology(name)):
             return name
@@ -296,6 +347,7 @@ def tpu_topology(strategy):
 
     ``initialize_tpu_system`` stores the serialised topology on the cluster resolver; this reads
     it back (a private attribute of the resolver in TensorFlow 2.19 to 2.21, hence the checks).
+    Part of helpers.topology, taught in notebook 07.
     """
     import tensorflow as tf
 
@@ -347,7 +399,10 @@ def check_split(
 
 
 def check_logical_device(logical_device_id: int, logical_devices: int) -> int:
-    """Check ``experimental_assign_to_logical_device(tensor, logical_device_id)`` in advance."""
+    """Check ``experimental_assign_to_logical_device(tensor, logical_device_id)`` in advance.
+
+    Part of helpers.topology, taught in notebook 07.
+    """
     if not 0 <= logical_device_id < logical_devices:
         raise ValueError(
             f"logical device {logical_device_id} does not exist: each replica has "

@@ -39,7 +39,10 @@ FLOAT64_WHY = (
 
 
 def round_up(n: int, multiple: int) -> int:
-    """``n`` rounded up to a multiple of ``multiple``: the size the TPU pads it to."""
+    """``n`` rounded up to a multiple of ``multiple``: the size the TPU pads it to.
+
+    Part of helpers.tpu_facts, taught in notebooks 00, 03, 07, 10.
+    """
     return -(-n // multiple) * multiple
 
 
@@ -100,6 +103,7 @@ def generation_of(accelerator_type: str | None) -> Generation | None:
     """The generation named by an accelerator type (``"v5litepod-8"``, ``"v3-8"``, ``"TPU v4"``).
 
     None when the text names no generation this table knows.
+    Part of helpers.tpu_facts, taught in notebooks 00, 03, 07, 10.
     """
     match = _ACCELERATOR.search(accelerator_type or "")
     if match is None:

@@ -16,6 +16,10 @@ import pytest
 
 from helpers import processes, runtime
 
+# No test process, nor any process it starts, may load libtpu: on a host without a TPU it queries
+# the cloud metadata service. TensorFlow imported in the test workers themselves sees this too.
+os.environ.update(processes.CPU_ONLY)
+
 # A laptop's environment: no TPU hints, no hosted platform, not CI (None removes a variable).
 NO_TPU = {
     name: None for name in (*runtime.TPU_ENV_HINTS, *runtime.COLAB_ENV, *runtime.KAGGLE_ENV, "CI")
@@ -107,3 +111,25 @@ def no_tpu_env(monkeypatch):
     for name in NO_TPU:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
+
+
+class FakeClock:
+    """A clock that stands still until a test moves it (``clock.now += seconds``)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """helpers.timing's clock replaced by a :class:`FakeClock` (not the process-wide clock)."""
+    from types import SimpleNamespace
+
+    from helpers import timing
+
+    fake = FakeClock()
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=fake))
+    return fake

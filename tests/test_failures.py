@@ -97,6 +97,7 @@ def test_a_route_install_that_fails_says_which_failure_it_was(monkeypatch, capsy
     posted = POSTED["libtpu-pin-conflict"][0]
     done = subprocess.CompletedProcess([], 1, stdout=posted + "\n")
     monkeypatch.setattr(runtime.subprocess, "run", lambda *a, **k: done)
+    monkeypatch.setattr(runtime, "tpu_hints", lambda: ["ISTPUVM=1"])
     with pytest.raises(runtime.TPUUnusableError) as err:
         runtime._pip("pip install tensorflow-tpu==2.18.0")
     assert "the conflict: libtpu==2.18.0" in str(err.value)

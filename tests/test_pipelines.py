@@ -199,22 +199,6 @@ def test_build_pipeline_rejects_bad_arguments(files, stage, batch, message):
 # --- timing in turns --------------------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    # Replace the clock of helpers.timing only, not the process-wide time.perf_counter.
-    fake = FakeClock()
-    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=fake))
-    return fake
-
-
 def test_compare_timings_takes_turns_with_fresh_tasks(clock):
     log = []
 

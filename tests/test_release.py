@@ -52,7 +52,7 @@ def test_set_version_rewrites_every_place(tmp_path):
     for path in release.INSTALL_LINES:
         assert _tags_in((tmp_path / path).read_text()) == {"12.3.45"}, path
     readme = (tmp_path / "README.md").read_text()
-    assert "not been published yet" in readme  # the release tool never claims a push
+    assert "not published yet" in readme  # the release tool never claims a push
     # The notebooks' setup cells follow the setting.
     entry = {"title": "T", "promise": "P", "need": "N"}
     cfg = {**notebook_files.settings(), "release": "v12.3.45"}

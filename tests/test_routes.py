@@ -175,11 +175,25 @@ def test_no_tpu_in_sight_needs_no_route(monkeypatch):
 def test_a_failed_pip_install_says_what_to_do(monkeypatch):
     import subprocess
 
-    def fail(*args, **kwargs):
-        raise subprocess.CalledProcessError(1, args[0])
-
-    monkeypatch.setattr(runtime.subprocess, "check_call", fail)
+    # pip's own words when the runtime has no network: no known failure, so the general advice.
+    offline = (
+        "ERROR: Could not find a version that satisfies the requirement tensorflow-tpu==2.19.1"
+    )
+    done = subprocess.CompletedProcess([], 1, stdout=offline + "\n")
+    monkeypatch.setattr(runtime.subprocess, "run", lambda *args, **kwargs: done)
+    monkeypatch.setattr(runtime, "tpu_hints", lambda: ["ISTPUVM=1"])
     with pytest.raises(runtime.TPUUnusableError, match="Internet"):
+        runtime._pip("pip install tensorflow-tpu==2.19.1")
+
+
+def test_a_route_is_never_installed_where_no_tpu_is_in_sight(monkeypatch):
+    # A TPU build's libtpu queries the cloud metadata service on a host without a TPU.
+    def never(*args, **kwargs):
+        raise AssertionError("pip must not run")
+
+    monkeypatch.setattr(runtime.subprocess, "run", never)
+    monkeypatch.setattr(runtime, "tpu_hints", lambda: [])
+    with pytest.raises(runtime.TPUUnusableError, match="no TPU hardware is in sight"):
         runtime._pip("pip install tensorflow-tpu==2.19.1")
 
 

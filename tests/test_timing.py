@@ -7,16 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import FakeClock
 
 from helpers import timing
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 class Pending:
@@ -30,13 +23,6 @@ class Pending:
         self.clock.now += self.cost
         self.fetched += 1
         return np.float32(self.value)
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    fake = FakeClock()
-    monkeypatch.setattr(timing.time, "perf_counter", fake)
-    return fake
 
 
 def work(clock, log, name, call_cost, fetch_cost):

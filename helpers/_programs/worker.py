@@ -30,6 +30,9 @@ from helpers.multiworker import PARENT_PID_ENV, worker_dataset
 
 __all__ = ["train_worker"]
 
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 
 def train_worker(
     data: str,

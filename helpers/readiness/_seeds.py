@@ -10,6 +10,8 @@ constants backwards from each op's seed input.
 
 from __future__ import annotations
 
+from helpers.readiness.report import Finding
+
 __all__ = ["add_constant_seeds", "constant_seed_ops"]
 
 # TensorFlow is imported inside the functions: see _pipeline.
@@ -85,7 +87,6 @@ def add_constant_seeds(report, where: str, *, pipeline: bool = False) -> None:
 
     Part of the readiness check, notebook 10.
     """
-    from helpers.readiness.report import Finding
 
     runs = "for every element and every epoch" if pipeline else "at every step"
     if pipeline:

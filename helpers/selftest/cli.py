@@ -29,6 +29,9 @@ from helpers.selftest.report import Report, standard_notes
 
 __all__ = ["RESTARTED_ENV", "main", "parse", "prepare", "restart", "setup_failure"]
 
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 # Set in the restarted process, so that it never installs a second time.
 RESTARTED_ENV = "TPU_FIELD_GUIDE_SELF_TEST_RESTARTED"
 

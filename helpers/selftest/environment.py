@@ -18,6 +18,9 @@ from helpers.tpu_facts import generation_of
 
 __all__ = ["LABELS", "UNVERIFIED", "accelerator", "collect", "host_cpu", "tpu_generation"]
 
+# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
+# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+
 UNVERIFIED = "unverified on hardware"
 
 # Labels for the Markdown table, in the order the report shows them.
