@@ -8,12 +8,22 @@ error did *not* happen, so the lesson can never silently stop proving its point.
 from __future__ import annotations
 
 import re
+import textwrap
 from contextlib import contextmanager
 
 __all__ = ["expect_error", "ExpectedErrorMissing"]
 
 MAX_DETAIL_LINES = 6
 ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")  # Keras colours parts of its messages
+# What makes TensorFlow's messages wider than an output area, shortened for reading:
+# "{{function_node __wrapped__IteratorGetNext_..._device_/job:...}}" before the message, and
+# object reprs such as "<tensorflow.python.distribute.mirrored_strategy.MirroredStrategy object
+# at 0x7f...>". The exception itself, with its full text, is in the list expect_error yields.
+NOISE = (
+    (re.compile(r"\{\{function_node [^}]*\}\}\s*"), ""),
+    (re.compile(r"<(?:[\w]+\.)+(\w+) object at 0x[0-9a-f]+>"), r"<\1 object>"),
+)
+WIDTH = 100  # an output area's width in characters, about
 
 
 class ExpectedErrorMissing(AssertionError):
@@ -47,12 +57,21 @@ def expect_error(*types: type[BaseException], match: str | None = None):
         raise ExpectedErrorMissing(f"expected {names}, but nothing was raised")
 
 
+def _readable(line: str) -> str:
+    line = ANSI_CODES.sub("", line)
+    for pattern, replacement in NOISE:
+        line = pattern.sub(replacement, line)
+    return line
+
+
 def _show(name: str, message: str, match: str | None) -> None:
     """Print an error's first line; then the line ``match`` found if the first line lacks it
     (TensorFlow's graph errors put the reason under hundreds of lines of stack), otherwise the
-    next few lines when there is no ``match``; then how many lines are not shown."""
-    lines = [ANSI_CODES.sub("", line) for line in message.splitlines()] or [""]
-    print(f"Raised, as expected: {name}: {lines[0]}")
+    next few lines when there is no ``match``; then how many lines are not shown. Lines are
+    wrapped at about 100 characters, between words."""
+    lines = [_readable(line) for line in message.splitlines()] or [""]
+    first = f"Raised, as expected: {name}: {lines[0]}"
+    print(textwrap.fill(first, WIDTH, subsequent_indent="    ", break_on_hyphens=False))
     rest = lines[1:]
     if match is None:
         shown = rest[:MAX_DETAIL_LINES]
@@ -62,6 +81,6 @@ def _show(name: str, message: str, match: str | None) -> None:
         found = [line.strip() for line in rest if re.search(match, line)]
         shown = found[:1] or rest[:MAX_DETAIL_LINES]
     for line in shown:
-        print("    " + line)
+        print(textwrap.fill(line, WIDTH, initial_indent="    ", subsequent_indent="    "))
     if len(rest) > len(shown):
         print(f"    ({len(rest) - len(shown)} more lines)")

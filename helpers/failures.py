@@ -24,6 +24,7 @@ from pathlib import Path
 __all__ = [
     "FAILURES",
     "KnownFailure",
+    "conditions_seen",
     "explain",
     "keras_distribution_problem",
     "markdown_table",
@@ -214,6 +215,34 @@ def _fd_targets(fd_dir: Path) -> list[str]:
         except OSError:
             continue
     return targets
+
+
+def conditions_seen(
+    texts: list[str] = (),
+    *,
+    hints: list[str] | None = None,
+    support_reason: str = "",
+    keras: str | None = None,
+    modules: Mapping[str, object] | None = None,
+) -> list[str]:
+    """The known traps this process is in, by :data:`FAILURES` key (notebook 00's report).
+
+    From the environment: TPU hardware with a TensorFlow that cannot drive it, a libtpu that does
+    not match, another library holding the TPU, a Keras with the multi-replica bugs
+    (``"keras-multi-replica-bugs"``); from ``texts`` (the errors the checks met): every known
+    failure they show. Each key appears once, in the table's order.
+    """
+    seen = {f.key for text in texts if (f := recognise(text))}
+    if hints and ("CPU-only" in support_reason or "not installed" in support_reason):
+        seen.add("tensorflow-without-tpu")
+    if "No TPU platform found" in support_reason:
+        seen.add("libtpu-mismatch")
+    if tpu_owner_in_process(modules) is not None:
+        seen.add("tpu-held-elsewhere")
+    found = [f.key for f in FAILURES if f.key in seen]
+    if keras and keras_distribution_problem(keras):
+        found.append("keras-multi-replica-bugs")
+    return found
 
 
 def keras_distribution_problem(version: str) -> str | None:

@@ -241,9 +241,15 @@ class StrategyInfo:
     tpu: str | None = None
 
     def __str__(self) -> str:
-        devices = ", ".join(self.devices)
-        if len(self.devices) > 4:
-            devices = f"{', '.join(self.devices[:2])}, ... {self.devices[-1]}"
+        # Devices share a long host part (/job:localhost/replica:0/task:0): said once, so the
+        # line fits an output area instead of wrapping inside a device name.
+        hosts = {d.rpartition("/device:")[0] for d in self.devices}
+        names = [d.rpartition("/device:")[2] for d in self.devices]
+        devices = (
+            ", ".join(names) if len(names) <= 4 else f"{names[0]}, {names[1]}, ... {names[-1]}"
+        )
+        if len(hosts) == 1 and next(iter(hosts)):
+            devices += f" on {next(iter(hosts))}"
         rows = [
             ("strategy", self.kind + (f" ({self.tpu})" if self.tpu else "")),
             ("replicas", str(self.replicas)),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -98,3 +99,27 @@ def test_notebook_passed_the_readiness_check_on_its_own_pipeline(path, summary):
         assert clean >= 1, (
             f"{path.name}: no readiness check passed; check its pipeline (notebook 10)"
         )
+
+
+# Past about 100 columns an output area wraps: a printed table (columns aligned by runs of
+# spaces, or Markdown pipes) loses its columns, and a word of 70 characters or more (a device
+# path, an object's repr) is cut in the middle. Prose wraps between words and may be longer.
+TABLE_LINE = re.compile(r"\S(?: {2,}\S.*){2,}|^\s*\|")
+UNBREAKABLE = re.compile(r"\S{70,}")
+COLUMNS = 100
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_printed_tables_fit_an_output_area(path, summary):
+    if path.name not in summary:
+        pytest.skip("not selected in this run (NB=...)")
+    executed = json.loads((Path(RUN) / "executed" / path.name).read_text(encoding="utf-8"))
+    wide = [
+        line
+        for cell in executed["cells"]
+        for output in cell.get("outputs", [])
+        if output.get("name") == "stdout"
+        for line in notebook_files.source({"source": output.get("text", "")}).splitlines()
+        if len(line) > COLUMNS and (TABLE_LINE.search(line) or UNBREAKABLE.search(line))
+    ]
+    assert not wide, f"{path.name}: lines that wrap badly in an output area: {wide[:3]}"

@@ -139,3 +139,22 @@ def test_the_setup_stops_on_such_a_keras(no_tpu_env, monkeypatch):
     monkeypatch.setattr(runtime, "_installed", installed.get)
     with pytest.raises(RuntimeError, match="keras-team/keras#21061"):
         runtime.ensure_tensorflow()
+
+
+def test_the_conditions_a_report_records():
+    clean = failures.conditions_seen(
+        [],
+        hints=[],
+        support_reason="tensorflow 2.21.0 has no TPU support",
+        keras="3.15.1",
+        modules={},
+    )
+    assert clean == []
+    kaggle = failures.conditions_seen(
+        [POSTED["tpu-held-elsewhere"][1]],
+        hints=["ISTPUVM=1"],
+        support_reason="tensorflow-cpu 2.20.0 is a CPU-only build",
+        keras="3.9.2",
+        modules={},
+    )
+    assert kaggle == ["tensorflow-without-tpu", "tpu-held-elsewhere", "keras-multi-replica-bugs"]

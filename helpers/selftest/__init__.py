@@ -101,7 +101,9 @@ def run(
     finally:
         shutil.rmtree(context.workdir, ignore_errors=True)
     return Report(
-        environment=environment.collect(context.strategy, context.kind),
+        environment=environment.collect(
+            context.strategy, context.kind, [r.error or r.summary for r in results]
+        ),
         checks=results,
         mode="smoke" if smoke else "full",
         seconds=time.perf_counter() - started,

@@ -13,7 +13,7 @@ import platform as _platform
 import sys
 from pathlib import Path
 
-from helpers import routes, runtime
+from helpers import failures, routes, runtime
 from helpers.tpu_facts import generation_of
 
 __all__ = ["LABELS", "UNVERIFIED", "accelerator", "collect", "host_cpu", "tpu_generation"]
@@ -44,6 +44,7 @@ LABELS = {
     "helpers": "tpu-field-guide helpers",
     "install_route_taken": "install route taken",
     "install_route_for_platform": "install route for this platform and Python",
+    "known_failures_seen": "known failures seen (helpers.failures, notebook 01)",
 }
 
 
@@ -129,7 +130,7 @@ def _install_routes() -> tuple[str, str]:
     return taken_text, would
 
 
-def collect(strategy=None, kind: str = "") -> dict:
+def collect(strategy=None, kind: str = "", errors: list[str] = ()) -> dict:
     """The environment section as a plain dict (JSON-ready); see :data:`LABELS` for the keys.
 
     Taught in notebook 00.
@@ -166,4 +167,11 @@ def collect(strategy=None, kind: str = "") -> dict:
         "helpers": _version("tpu-field-guide") or "not installed (run from a clone)",
         "install_route_taken": taken,
         "install_route_for_platform": would,
+        "known_failures_seen": failures.conditions_seen(
+            list(errors),
+            hints=runtime.tpu_hints(),
+            support_reason=runtime.tensorflow_tpu_support().reason,
+            keras=_version("keras"),
+        )
+        or "none",
     }
