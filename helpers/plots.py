@@ -32,6 +32,7 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
     Returns the matplotlib figure. Taught in notebook 03.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     logs = getattr(history, "history", history)
     metrics = [m for m in metrics if m in logs]
@@ -44,6 +45,7 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
         if f"val_{metric}" in logs:
             ax.plot(epochs, logs[f"val_{metric}"], marker="s", label="validation")
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no epoch 1.25
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend()

@@ -149,7 +149,7 @@ def test_a_notebook_chooses_its_setup_variant(adopted):
     manifest["11_new"].update(setup="helpers-only", parameters="`SEED` picks the data.")
     text = _sources(sync.sync_notebook(nb, "11_new.ipynb", CFG, manifest, NAMES))
     assert text[5].endswith("lesson.start(RELEASE, backend=None)")
-    assert "does not use TensorFlow" in text[3] and "`-p NAME value`. `SEED` picks" in text[3]
+    assert "does not use TensorFlow" in text[3] and "values it was given.\n`SEED` picks" in text[3]
 
 
 def test_adopted_entries_round_trip_through_the_manifest_file(tmp_path):
@@ -288,7 +288,7 @@ def test_setup_installs_from_the_tag_or_else_from_main_and_says_so(tmp_path, fre
     env = {**QUIET_PIP, "FIELD_GUIDE_REPO": f"file://{remote}"}
     run = _run_setup(tmp_path, fresh_python, env)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert f"Did not find branch or tag '{CFG['release']}'" in run.stderr  # pip's words
+    assert "Did not find branch or tag" not in run.stderr  # the failed first try stays quiet
     line = run.stdout.strip().splitlines()[0]
     assert (
         "(installed from main @ " in line and f"not from the release tag {CFG['release']})" in line
@@ -300,8 +300,9 @@ def test_setup_explains_an_install_that_fails_everywhere(tmp_path, fresh_python)
     env = {**QUIET_PIP, "FIELD_GUIDE_REPO": f"file://{tmp_path / 'no-such-repository'}"}
     run = _run_setup(tmp_path, fresh_python, env)
     assert run.returncode != 0 and "setup passed" not in run.stdout
+    assert "RuntimeError: pip: " in run.stderr  # pip's own reason, for the main branch
     message = run.stderr.strip().splitlines()[-1]
-    assert message.startswith("RuntimeError: Could not install the helpers from file://")
+    assert message.startswith("No helpers from file://")
     assert "Internet off (Kaggle: Settings)?" in message and "helpers/ folder" in message
 
 

@@ -37,6 +37,8 @@ for folder in (ROOT, ROOT / "tools"):  # run from a clone without installing the
 from bench import machine, report, suites, worker  # noqa: E402
 from bench.common import FULL, QUICK, Settings, replicas_text  # noqa: E402
 
+__all__ = ["main", "run"]
+
 
 def run(settings: Settings, quick: bool, out: Path, timeout: float) -> dict:
     start, started = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M")

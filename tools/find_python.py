@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import sys
 
+__all__ = ["candidates", "find_python", "main"]
+
 
 def _reports(path: str, version: str) -> bool:
     try:

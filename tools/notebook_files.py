@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+__all__ = ["dumps", "notebook_paths", "read", "settings", "source"]
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from notebook_files import ROOT, tomllib
 
+__all__ = ["current_version", "main", "set_version"]
+
 VERSION = re.compile(r"\d+\.\d+\.\d+")
 # Files that quote the release tag in install lines; the notebooks get theirs from sync_notebooks.
 INSTALL_LINES = ("README.md", "helpers/selftest/cli.py")

@@ -37,6 +37,8 @@ from runner import execute, summary  # noqa: E402
 from runner.cache import Cache, cache_key, stack  # noqa: E402
 from runner.folders import run_folder  # noqa: E402
 
+__all__ = ["main", "parameters_for"]
+
 
 def parameters_for(entry: dict, smoke: bool, replicas: int | None) -> dict:
     """A notebook's parameters: its smoke values in a smoke run, the replica count if given."""

@@ -7,6 +7,23 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+__all__ = [
+    "comparison_fields",
+    "convert",
+    "custom_loop",
+    "digits",
+    "error_reason",
+    "fit_comparison",
+    "lesson_images",
+    "progress",
+    "replicas_text",
+    "row",
+    "say",
+    "Settings",
+    "steps",
+    "tiny_loop",
+]
+
 SIMULATED_REPLICAS = 8
 LESSON_PER_REPLICA = 128  # the notebooks' workload: 128 per replica, global batch 1,024 on 8
 

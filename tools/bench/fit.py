@@ -13,6 +13,8 @@ from bench.common import (
     say,
 )
 
+__all__ = ["compiled", "task_fit_steps_per_execution", "time_fits"]
+
 TITLE = "steps_per_execution in fit"
 
 

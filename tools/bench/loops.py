@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from bench.common import Settings, comparison_fields, progress, row, say, steps, tiny_loop
 
+__all__ = ["task_steps_per_call"]
+
 
 def task_steps_per_call(strategy, settings: Settings) -> list[dict]:
     """The same traced function runs either 1 step per call (called N times) or N per call."""

@@ -7,6 +7,8 @@ import platform
 import re
 from pathlib import Path
 
+__all__ = ["hardware", "load_average"]
+
 
 def hardware() -> dict:
     """CPU model, cores and memory of this machine (Linux; best effort elsewhere)."""

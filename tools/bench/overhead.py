@@ -21,6 +21,8 @@ from bench.common import (
 )
 from bench.fit import compiled, time_fits
 
+__all__ = ["task_overhead"]
+
 TITLE = "simulated-TPU overhead"
 TARGETS = {"overhead_loop": 1.5, "overhead_fit": 2.5}  # at most this many times one device's time
 

@@ -7,6 +7,8 @@ import tempfile
 
 from bench.common import Settings, comparison_fields, digits, progress, row, say
 
+__all__ = ["task_pipeline"]
+
 
 def task_pipeline(strategy, settings: Settings) -> list[dict]:
     from helpers import pipelines, timing

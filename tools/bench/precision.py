@@ -17,6 +17,8 @@ from bench.common import (
     steps,
 )
 
+__all__ = ["task_mixed_bfloat16"]
+
 
 def task_mixed_bfloat16(strategy, settings: Settings) -> list[dict]:
     from helpers import precision, timing

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from bench.common import Settings, comparison_fields, fit_comparison, lesson_images, row, say
 
+__all__ = ["task_recipes"]
+
 
 def task_recipes(strategy, settings: Settings) -> list[dict]:
     from helpers import fitting

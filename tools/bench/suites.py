@@ -12,6 +12,8 @@ from pathlib import Path
 from bench.common import Settings, row
 from helpers.processes import child_env
 
+__all__ = ["notebooks_row", "tests_row", "time_command"]
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 # Start-up chatter of TensorFlow and Jupyter kernels that says nothing about the run.
 NOISE = re.compile(r"^[IWE]\d{4} |^WARNING: All log messages|\[IPKernelApp\] WARNING")

@@ -18,6 +18,8 @@ from bench import fit, loops, overhead, pipeline, precision, recipes
 from bench.common import SIMULATED_REPLICAS, Settings, error_reason, replicas_text, say
 from helpers.processes import child_env
 
+__all__ = ["run_process", "run_worker"]
+
 _STARTED = time.perf_counter()  # before TensorFlow is imported: its start-up time is shown
 ROOT = Path(__file__).resolve().parent.parent.parent
 COMMAND = ROOT / "tools" / "benchmark.py"

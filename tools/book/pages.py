@@ -3,11 +3,9 @@
 - ``lesson_map.md``: the lessons, from notebooks/manifest.toml and the badge links;
 - ``routes.md``, ``route_facts.md``, ``failures.md``: from helpers.routes and helpers.failures;
 - ``stacks.md``: the Python and TensorFlow pairs CI runs, from the requirements files;
-- ``run.md``: the run the book was built from (its summary.json): every lesson's status, time,
-  headline and the numbers it recorded;
-- ``benchmark.md`` and ``ci.md``: the benchmark's report and CI's timings, when the machine that
-  builds the book has them (build/benchmark.md, build/ci-timings.json), else a sentence saying
-  how to make them.
+- ``measured.md``: the run the book was built from (its summary.json: every lesson's status,
+  time, headline and the numbers it recorded), then the benchmark's report and CI's timings when
+  the machine that builds the book has them (build/benchmark.md, build/ci-timings.json).
 """
 
 from __future__ import annotations
@@ -125,22 +123,16 @@ def run_page(run: Path) -> str:
 
 
 def benchmark_page(build: Path) -> str:
+    """The benchmark's report (``make bench``), or "" when this machine has none."""
     report = build / "benchmark.md"
-    if report.exists():
-        return report.read_text()
-    return (
-        "No benchmark report on the machine that built this book: `make bench` writes one "
-        "(`build/benchmark.md`), and the next `make book` shows it here.\n"
-    )
+    return report.read_text() if report.exists() else ""
 
 
 def ci_page(build: Path) -> str:
+    """CI's timings (``.ci/run``), or "" when this machine has none."""
     timings = build / "ci-timings.json"
     if not timings.exists():
-        return (
-            "No CI timings on the machine that built this book: `.ci/run` writes them "
-            "(`build/ci-timings.json`).\n"
-        )
+        return ""
     data = json.loads(timings.read_text())
     lines = [
         f"`.ci/run` at commit `{data['commit']}`, {data['date']}, on {data['machine']}: "
@@ -162,7 +154,13 @@ def generated_pages(run: Path, names: list[str]) -> dict[str, str]:
         "route_facts.md": route_facts(),
         "failures.md": failures.markdown_table() + "\n",
         "stacks.md": stacks_table(),
-        "run.md": run_page(run),
-        "benchmark.md": benchmark_page(build),
-        "ci.md": ci_page(build),
+        "measured.md": measured_page(run, build),
     }
+
+
+def measured_page(run: Path, build: Path) -> str:
+    """The Measured page's sections: the run, then the benchmark and CI when there are any."""
+    sections = [("The run this book was built from", run_page(run))]
+    sections += [("The benchmark: each technique against its baseline", benchmark_page(build))]
+    sections += [("Continuous integration", ci_page(build))]
+    return "\n".join(f"## {title}\n\n{body}" for title, body in sections if body)
