@@ -67,17 +67,15 @@ smoke: $(READY)
 PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # Each notebook is executed once, by run_notebooks; pytest then checks the executed copies
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
-# The unit tests, then the tests marked slow (end-to-end runs of a tool, or what a notebook also
-# runs), which run once per CI run: on the main stack. Two runs, so each reports its own time.
-# On the main stack, make test also builds the book from the smoke run and checks it and
-# JupyterLab in a browser (tests marked browser), and runs the slow end-to-end tests.
+# On the main stack, make test then runs the slow end-to-end tests and the browser checks (the
+# book built from the smoke run, and JupyterLab), as one more pytest run: much of it waits on
+# child processes and the browser, which overlaps well on two workers.
 MAIN_ONLY = $(filter main,$(STACK))
 test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
 	$(SMOKE_RUN) --cell-timeout 900 || true
 	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests -m "not slow and not browser"
-	$(if $(MAIN_ONLY),$(PYTEST) tests -m slow)
 	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \
-		$(BIN)/python -m pytest -p no:cacheprovider tests -m browser)
+		$(PYTEST) tests -m "slow or browser")
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
 test-unit: $(READY)
