@@ -49,17 +49,22 @@ def _browser_missing() -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked browser skip where no Chromium or Playwright is installed, saying so, except
-    where FIELD_GUIDE_BROWSER=required (CI): there the missing browser fails them."""
-    browser_tests = [item for item in items if item.get_closest_marker("browser")]
-    missing = _browser_missing() if browser_tests else None
-    if not missing:
+_BROWSER_MISSING: list[str | None] = []  # computed once, when a browser test first runs
+
+
+def pytest_runtest_setup(item):
+    """A test marked browser skips where no Chromium or Playwright is installed, saying so,
+    except where FIELD_GUIDE_BROWSER=required (CI): there the missing browser fails it. Decided
+    when such a test is about to run, so a run that deselects them needs neither."""
+    if item.get_closest_marker("browser") is None:
         return
-    if os.environ.get("FIELD_GUIDE_BROWSER") == "required":
-        raise pytest.UsageError(f"the browser checks are required here: {missing}")
-    for item in browser_tests:
-        item.add_marker(pytest.mark.skip(reason=f"no browser here: {missing}"))
+    if not _BROWSER_MISSING:
+        _BROWSER_MISSING.append(_browser_missing())
+    missing = _BROWSER_MISSING[0]
+    if missing and os.environ.get("FIELD_GUIDE_BROWSER") == "required":
+        pytest.fail(f"the browser checks are required here: {missing}")
+    if missing:
+        pytest.skip(f"no browser here: {missing}")
 
 
 def pytest_xdist_make_scheduler(config, log):
