@@ -22,7 +22,7 @@ import importlib.metadata
 import json
 
 import helpers
-from helpers import jax_port, quiet, runtime
+from helpers import jax_port, quiet, runtime, versions
 
 __all__ = ["ForeignHelpers", "install_source", "start"]
 
@@ -80,6 +80,10 @@ def _hardware(hints: list[str], simulated: int | None, jax: bool = False) -> str
     return f"no TPU found: the lessons run on {simulated} {unit}"
 
 
+def _installed(name: str) -> str:
+    return versions.installed(name) or "not installed"
+
+
 def start(
     release: str, simulated_replicas: int | None = 8, *, backend: str | None = "tensorflow"
 ) -> None:
@@ -94,7 +98,7 @@ def start(
     if backend == "tensorflow":
         quiet.quiet_tensorflow()  # before TensorFlow's first import
         runtime.ensure_tensorflow()  # stops here, with the fix, if TF can't drive the TPU
-        dist = runtime.tensorflow_distribution()
+        dist = versions.tensorflow_distribution()
         stack = f"{dist[0]} {dist[1]}, Keras {_installed('keras')}" if dist else "no TensorFlow"
     elif backend == "jax":
         jax_port.configure(simulated_replicas or 1)
@@ -105,10 +109,3 @@ def start(
         raise ValueError(f"backend is 'tensorflow', 'jax' or None, not {backend!r}")
     simulated = simulated_replicas if backend else None
     print(f"helpers {version}; {stack}; {_hardware(hints, simulated, backend == 'jax')}.")
-
-
-def _installed(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"

@@ -19,11 +19,12 @@ Nothing here imports TensorFlow. Taught in notebooks 08 and 09 (the programs the
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import signal
 from collections.abc import Mapping
+
+from helpers import versions
 
 __all__ = [
     "CPU_ONLY",
@@ -67,12 +68,8 @@ def tensorflow_version() -> str:
 
     Part of helpers.processes, taught in notebooks 08, 09.
     """
-    for name in ("tensorflow", "tensorflow-cpu", "tensorflow-tpu"):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return ""
+    found = versions.tensorflow_distribution()
+    return found[1] if found else ""
 
 
 def unsilenceable_logs_here(version: str | None = None) -> bool:

@@ -7,7 +7,6 @@ are safe to run before ``connect()`` and on a runtime with no TensorFlow at all.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import failures, routes
+from helpers import failures, routes, versions
 from helpers.processes import TPU_ENV_HINTS
 
 __all__ = [
@@ -24,7 +23,6 @@ __all__ = [
     "detect_platform",
     "ensure_tensorflow",
     "RestartRequired",
-    "tensorflow_distribution",
     "tensorflow_tpu_support",
     "tpu_fix_commands",
     "tpu_hints",
@@ -36,15 +34,6 @@ __all__ = [
 # Environment variables by which a hosted notebook platform is recognised.
 COLAB_ENV = ("COLAB_RELEASE_TAG", "COLAB_GPU")
 KAGGLE_ENV = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
-
-# Distribution names under which TensorFlow is installed, most specific first.
-TF_DISTRIBUTIONS = (
-    "tensorflow-tpu",
-    "tensorflow-cpu",
-    "tensorflow",
-    "tensorflow-intel",
-    "tf-nightly",
-)
 
 
 class TPUUnusableError(RuntimeError):
@@ -92,26 +81,6 @@ def tpu_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") ->
     return hints
 
 
-def tensorflow_distribution() -> tuple[str, str] | None:
-    """Return ``(distribution, version)`` of the installed TensorFlow, or None if there is none.
-
-    Taught in notebook 01.
-    """
-    for name in TF_DISTRIBUTIONS:
-        try:
-            return name, importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _installed(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 @dataclass(frozen=True)
 class TPUSupport:
     """Whether the installed TensorFlow can drive a TPU: ``usable`` is True, False or None (unknown).
@@ -132,11 +101,11 @@ def tensorflow_tpu_support() -> TPUSupport:
     found". A CPU-only build or no TensorFlow are known-bad. A plain ``tensorflow`` next to
     ``libtpu`` is what Cloud TPU VM images ship: it may work, so the answer is "unknown".
     """
-    dist = tensorflow_distribution()
+    dist = versions.tensorflow_distribution()
     if dist is None:
         return TPUSupport(False, "TensorFlow is not installed")
     name, version = dist
-    libtpu = _installed("libtpu") or _installed("libtpu-nightly")
+    libtpu = versions.installed("libtpu", "libtpu-nightly")
     if name == "tensorflow-cpu":
         return TPUSupport(False, f"tensorflow-cpu {version} is a CPU-only build")
     if name == "tensorflow-tpu":
@@ -271,12 +240,12 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
     platform = detect_platform()
     hints = tpu_hints()
     support = tensorflow_tpu_support()
-    keras = _installed("keras")
+    keras = versions.installed("keras")
     problem = failures.keras_distribution_problem(keras) if keras else None
     if problem:
         raise RuntimeError(f"The lessons need Keras 3.10 or newer. {problem}")
     if not hints:
-        if tensorflow_distribution() is None:
+        if versions.tensorflow_distribution() is None:
             raise ModuleNotFoundError(_no_tensorflow_message(platform))
         return support
     if support.usable is not False:

@@ -20,7 +20,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from helpers import failures, runtime
+from helpers import failures, runtime, versions
 
 __all__ = [
     "SIMULATED_TPU",
@@ -275,7 +275,7 @@ def describe(strategy=None) -> StrategyInfo:
             raise StrategyError("connect() has not been called in this kernel yet")
         strategy = choice.strategy
     known = choice is not None and choice.strategy is strategy
-    dist = runtime.tensorflow_distribution()
+    dist = versions.tensorflow_distribution()
     return StrategyInfo(
         kind=choice.kind if known else type(strategy).__name__,
         replicas=strategy.num_replicas_in_sync,

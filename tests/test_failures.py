@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import failures, runtime
+from helpers import failures, runtime, versions
 
 POSTED = {
     "tensorflow-without-tpu": [
@@ -136,7 +136,7 @@ def test_keras_releases_with_the_multi_replica_bugs_are_refused(version, problem
 
 def test_the_setup_stops_on_such_a_keras(no_tpu_env, monkeypatch):
     installed = {"tensorflow": "2.19.0", "keras": "3.9.2"}
-    monkeypatch.setattr(runtime, "_installed", installed.get)
+    monkeypatch.setattr(versions, "installed", lambda *names: installed.get(names[0]))
     with pytest.raises(RuntimeError, match="keras-team/keras#21061"):
         runtime.ensure_tensorflow()
 

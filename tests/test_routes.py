@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 
 from helpers import routes, runtime
@@ -106,9 +108,9 @@ def _fake(monkeypatch, *, platform, python, installed, hints=("ISTPUVM=1",)):
     def version(name):
         if name in installed:
             return installed[name]
-        raise runtime.importlib.metadata.PackageNotFoundError(name)
+        raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(runtime.importlib.metadata, "version", version)
+    monkeypatch.setattr(importlib.metadata, "version", version)
     ran: list[str] = []
     monkeypatch.setattr(runtime, "_pip", ran.append)
     recorded: list = []

@@ -49,7 +49,7 @@ def _fake_packages(monkeypatch, installed: dict[str, str]):
             return installed[name]
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(runtime.importlib.metadata, "version", version)
+    monkeypatch.setattr(importlib.metadata, "version", version)
 
 
 @pytest.mark.parametrize(

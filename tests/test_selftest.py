@@ -26,7 +26,7 @@ import pytest
 from conftest import NO_TPU
 
 import helpers
-from helpers import processes, routes, runtime, selftest, tpu_facts
+from helpers import processes, routes, runtime, selftest, tpu_facts, versions
 from helpers.selftest import base, checks, cli, environment, report, speed
 from helpers.strategy import SIMULATED_TPU, StrategyInfo
 
@@ -187,7 +187,7 @@ def test_environment_names_the_simulated_tpu_and_the_versions(clean):
     assert env["strategy"] == "simulated TPU" and env["replicas"] == 8 and len(env["devices"]) == 8
     assert env["tpu_hints"] == [] and env["tpu_generation"] == "none"
     assert "simulated TPU of 8 logical CPU devices" in env["accelerator_type"]
-    name, version = runtime.tensorflow_distribution()
+    name, version = versions.tensorflow_distribution()
     assert env["tensorflow"] == f"{name} {version}"
     assert env["python"].startswith(".".join(map(str, sys.version_info[:3])))
     assert env["keras"] not in ("", "not installed") and env["libtpu"] == "not installed"

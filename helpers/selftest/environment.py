@@ -7,13 +7,12 @@ replicas and devices are added once :func:`helpers.connect` has run.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform as _platform
 import sys
 from pathlib import Path
 
-from helpers import failures, routes, runtime
+from helpers import failures, routes, runtime, versions
 from helpers.tpu_facts import generation_of
 
 __all__ = ["LABELS", "UNVERIFIED", "accelerator", "collect", "host_cpu", "tpu_generation"]
@@ -46,15 +45,6 @@ LABELS = {
     "install_route_for_platform": "install route for this platform and Python",
     "known_failures_seen": "known failures seen (helpers.failures, notebook 01)",
 }
-
-
-def _version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 def host_cpu() -> str:
@@ -135,7 +125,7 @@ def collect(strategy=None, kind: str = "", errors: list[str] = ()) -> dict:
 
     Taught in notebook 00.
     """
-    dist = runtime.tensorflow_distribution()
+    dist = versions.tensorflow_distribution()
     replicas = strategy.num_replicas_in_sync if strategy is not None else None
     accelerator_type, source = accelerator(kind, replicas)
     generation = tpu_generation(kind, replicas)
@@ -162,16 +152,16 @@ def collect(strategy=None, kind: str = "", errors: list[str] = ()) -> dict:
         "python": f"{_platform.python_version()} ({sys.implementation.name})",
         "tensorflow": f"{dist[0]} {dist[1]}" if dist else "not installed",
         "tensorflow_tpu_support": runtime.tensorflow_tpu_support().reason,
-        "keras": _version("keras") or "not installed",
-        "libtpu": _version("libtpu", "libtpu-nightly") or "not installed",
-        "helpers": _version("tpu-field-guide") or "not installed (run from a clone)",
+        "keras": versions.installed("keras") or "not installed",
+        "libtpu": versions.installed("libtpu", "libtpu-nightly") or "not installed",
+        "helpers": versions.installed("tpu-field-guide") or "not installed (run from a clone)",
         "install_route_taken": taken,
         "install_route_for_platform": would,
         "known_failures_seen": failures.conditions_seen(
             list(errors),
             hints=runtime.tpu_hints(),
             support_reason=runtime.tensorflow_tpu_support().reason,
-            keras=_version("keras"),
+            keras=versions.installed("keras"),
         )
         or "none",
     }

@@ -7,7 +7,6 @@ same parameters and the same Python, TensorFlow and JAX.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import platform
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from notebook_files import ROOT
 
+from helpers import versions
 from helpers.processes import tensorflow_version
 
 __all__ = ["Cache", "cache_key", "stack"]
@@ -22,20 +22,13 @@ __all__ = ["Cache", "cache_key", "stack"]
 FILE = "cache.json"
 
 
-def _version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
 def stack() -> dict[str, str]:
     """The versions a notebook's result depends on besides its own code."""
     return {
         "python": platform.python_version(),
         "tensorflow": tensorflow_version(),
-        "keras": _version("keras"),
-        "jax": _version("jax"),
+        "keras": versions.installed("keras") or "",
+        "jax": versions.installed("jax") or "",
     }
 
 
