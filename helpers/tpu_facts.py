@@ -1,9 +1,9 @@
 """TPU hardware facts as Google publishes them, in one place (notebooks 00, 03, 07, 10).
 
-The tiles a TPU core computes in and the batch that fills its matrix unit (Cloud TPU performance
-guide), which ``batches.plan_batch`` and the readiness checks measure against; each generation's
-published peak, memory and devices per chip, which the self-test and the slices of
-``helpers.topology`` use.
+The 8 x 128 layout a TPU pads arrays to and the batch that fills a matrix unit (Cloud TPU
+performance guide), which ``batches.plan_batch`` and the readiness checks measure against; each
+generation's TensorCores and matrix units (MXUs), published peak, memory and devices per chip,
+which the lessons, the self-test and the slices of ``helpers.topology`` use.
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ __all__ = [
     "round_up",
 ]
 
-TILE_ROWS = 8  # the TPU pads the second-to-last dimension of a tile to 8 ...
-TILE_COLS = 128  # ... and the last one to 128: the width of the matrix units (MXU)
+TILE_ROWS = 8  # the TPU pads the second-to-last dimension of an array to 8 (sublanes) ...
+TILE_COLS = 128  # ... and the last one to 128 (lanes): the 8 x 128 layout of TPU memory
 WASTE_WARNING = 0.10  # a chosen size that pads away 10% or more of its work is worth a warning
-BATCH_FOR_MXU = 128  # per-replica batch the Cloud TPU performance guide recommends: fills the MXU
+# The per-replica batch the Cloud TPU performance guide recommends: a multiple of 128 fills a
+# 128 x 128 matrix unit (MXU). A v6e's MXUs are 256 x 256 (``Generation.mxu_size``), so there a
+# multiple of 256 fills them: that follows from the size, no guide says it (unverified on hardware).
+BATCH_FOR_MXU = 128
 
 # Types TensorFlow can feed to a TPU (tensorflow/core/tpu/tpu_defs.h lists them); these cannot.
 HOST_ONLY_DTYPES = ("string", "variant", "resource", "complex128")
@@ -53,8 +56,11 @@ class Generation:
     ``devices_per_chip`` is the number of TensorFlow TPU devices (replicas, "cores" in the
     lessons) one chip shows: 2 where each TensorCore is its own device (v2, v3), 1 where a chip
     has one TensorCore (v5e, v6e) or presents its two as one "megacore" device (v4, v5p).
-    ``hbm_gib`` is the chip's high-bandwidth memory as Google publishes it. None of these numbers
-    was measured on hardware by this project. Taught in notebooks 00 and 07.
+    ``hbm_gib`` is the chip's high-bandwidth memory as Google publishes it. A chip holds
+    ``tensorcores_per_chip`` TensorCores; each TensorCore holds ``mxus_per_tensorcore`` matrix
+    units (MXUs) of ``mxu_size`` x ``mxu_size`` multiply-accumulators, beside a vector and a scalar
+    unit: a TensorCore is not a matrix unit. None of these numbers was measured on hardware by this
+    project. Taught in notebooks 00, 03 and 07.
     """
 
     name: str
@@ -62,16 +68,31 @@ class Generation:
     devices_per_chip: int
     hbm_gib: float
     source: str
+    tensorcores_per_chip: int = 1
+    mxus_per_tensorcore: int = 4
+    mxu_size: int = 128
     verified_on_hardware: bool = False
+
+    @property
+    def mxus_per_chip(self) -> int:
+        return self.tensorcores_per_chip * self.mxus_per_tensorcore
 
     def label(self) -> str:
         seen = "verified" if self.verified_on_hardware else "unverified"
         peak = f"{self.peak_bf16_tflops:g} TFLOP/s bf16 per chip"
         devices = f"{self.devices_per_chip} TensorFlow device(s) per chip"
-        return f"TPU {self.name}: {peak}, {devices} ({seen} on hardware; source: {self.source})"
+        cores = (
+            f"{self.tensorcores_per_chip} TensorCore(s) of {self.mxus_per_tensorcore} "
+            f"{self.mxu_size}x{self.mxu_size} MXUs"
+        )
+        return (
+            f"TPU {self.name}: {peak}, {cores}, {devices} ({seen} on hardware; "
+            f"source: {self.source})"
+        )
 
 
 _DOCS = "Cloud TPU system architecture, cloud.google.com/tpu/docs/{}: 'Peak compute per chip'"
+_MXU = "; MXUs: the TPU architecture page (128 x 128 before v6e) and each generation's page"
 
 GENERATIONS: dict[str, Generation] = {
     g.name: g
@@ -82,17 +103,30 @@ GENERATIONS: dict[str, Generation] = {
             2,
             16,
             "45 TFLOPS per chip of two cores, as quoted by secondary sources; the Cloud TPU v2 "
-            "page was not found by this project's search",
+            "page was not found by this project's search" + _MXU,
+            tensorcores_per_chip=2,
+            mxus_per_tensorcore=1,
         ),
-        Generation("v3", 123, 2, 32, _DOCS.format("v3")),
-        Generation("v4", 275, 1, 32, _DOCS.format("v4") + "; 2 TensorCores as one megacore device"),
-        Generation("v5e", 197, 1, 16, _DOCS.format("v5e") + "; one TensorCore per chip"),
         Generation(
-            "v5p", 459, 1, 95, _DOCS.format("v5p") + "; 2 TensorCores as one megacore device"
+            "v3", 123, 2, 32, _DOCS.format("v3") + _MXU, tensorcores_per_chip=2,
+            mxus_per_tensorcore=2,
         ),
-        Generation("v6e", 918, 1, 32, _DOCS.format("v6e") + " (Trillium); one TensorCore per chip"),
+        Generation(
+            "v4", 275, 1, 32, _DOCS.format("v4") + "; 2 TensorCores as one megacore device" + _MXU,
+            tensorcores_per_chip=2,
+        ),
+        Generation("v5e", 197, 1, 16, _DOCS.format("v5e") + "; one TensorCore per chip" + _MXU),
+        Generation(
+            "v5p", 459, 1, 95, _DOCS.format("v5p") + "; 2 TensorCores as one megacore device" + _MXU,
+            tensorcores_per_chip=2,
+        ),
+        Generation(
+            "v6e", 918, 1, 32,
+            _DOCS.format("v6e") + " (Trillium); one TensorCore per chip, two 256 x 256 MXUs",
+            mxus_per_tensorcore=2, mxu_size=256,
+        ),
     )
-}
+}  # fmt: skip
 
 # Accelerator types ("v5litepod-8" is Cloud's name for a v5e slice, "v6e-8", "v3-8") and device
 # kinds as JAX prints them ("TPU v5 lite" is a v5e, "TPU v5" a v5p, "TPU v6 lite" a v6e).

@@ -99,3 +99,20 @@ def test_the_book_of_this_run_builds_and_passes_every_check_in_a_browser(tmp_pat
     assert checker.failures == []
     assert counts["lessons"] == len(notebook_paths())
     assert counts["images"] >= 5 and counts["search_results"] >= 1
+
+
+def test_asides_and_guards_are_folded_on_the_page():
+    aside = {
+        "cell_type": "markdown",
+        "metadata": {"tags": ["aside"]},
+        "source": "## Aside: the simulated TPU\nSlow **here**.\n### Why\nShared cores.",
+    }
+    more = {"cell_type": "markdown", "metadata": {"tags": ["aside"]}, "source": "More."}
+    code = {"cell_type": "code", "metadata": {"tags": ["aside"]}, "source": "x", "outputs": []}
+    guard = {"cell_type": "code", "metadata": {"tags": ["guard"]}, "source": "y", "outputs": []}
+    for cell in (aside, more, code, guard):
+        build.fold_aside_or_guard(cell)
+    assert aside["source"].startswith('## Aside: the simulated TPU\n\n<details class="aside">')
+    assert "**Why**" in aside["source"] and aside["source"].rstrip().endswith("</details>")
+    assert "continued" in more["source"]
+    assert "hide-cell" in code["metadata"]["tags"] and "hide-input" in guard["metadata"]["tags"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import socket
 
 import numpy as np
@@ -10,18 +11,60 @@ import pytest
 from helpers import data
 
 
-def test_offline_mnist_falls_back_to_digits_with_a_notice(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv("HOME", str(tmp_path))  # no cached MNIST
+def test_offline_without_the_files_falls_back_to_digits_with_one_notice(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setenv("HOME", str(tmp_path))  # nothing in Keras' cache
+    monkeypatch.setattr(data, "DEBIAN_FASHION_MNIST", tmp_path / "absent")
     monkeypatch.setattr(data, "network_available", lambda *a, **k: False)
-    monkeypatch.setattr(data, "_mnist", lambda: pytest.fail("must not try to download"))
-    images = data.load_images("mnist")
+    monkeypatch.setattr(data, "_from_keras", lambda name: pytest.fail("must not download"))
+    images = data.load_images()
     assert images.name == "digits"
-    assert "no network" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("Notice") == 1 and "apt-get install dataset-fashion-mnist" in out
     assert images.image_shape == (8, 8, 1)
     assert len(images.x_train) + len(images.x_test) == 1797
     assert images.x_train.dtype == np.float32 and images.y_train.dtype == np.int32
     assert 0.0 <= images.x_train.min() and images.x_train.max() <= 1.0
     assert set(np.unique(images.y_train)) == set(range(10))
+
+
+def _write_idx(path, array):
+    header = bytes([0, 0, 8, array.ndim]) + np.array(array.shape, ">u4").tobytes()
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_fashion_mnist_is_read_from_the_debian_files_without_network(monkeypatch, tmp_path):
+    rng = np.random.default_rng(0)
+    images = {s: rng.integers(0, 256, (n, 28, 28)) for s, n in (("train", 12), ("t10k", 5))}
+    for split, pixels in images.items():
+        _write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", pixels)
+        _write_idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", np.arange(len(pixels)) % 10)
+    monkeypatch.setattr(data, "DEBIAN_FASHION_MNIST", tmp_path)
+    monkeypatch.setattr(data, "network_available", lambda *a, **k: pytest.fail("no probe"))
+    loaded = data.load_images("fashion_mnist", max_test=3)
+    assert loaded.name == "fashion_mnist" and loaded.source == str(tmp_path)
+    assert loaded.x_train.shape == (12, 28, 28, 1) and loaded.x_test.shape == (3, 28, 28, 1)
+    np.testing.assert_allclose(loaded.x_train[..., 0] * 255, images["train"], atol=1e-3)
+    assert loaded.y_train.tolist() == [i % 10 for i in range(12)]
+    assert loaded.class_names[9] == "Ankle boot"
+
+
+def test_a_file_that_is_not_idx_is_refused(tmp_path):
+    with gzip.open(tmp_path / "x.gz", "wb") as f:
+        f.write(b"PK\x03\x04not idx")
+    with pytest.raises(ValueError, match="not an idx file"):
+        data._read_idx(tmp_path / "x.gz")
+
+
+@pytest.mark.skipif(
+    not data.DEBIAN_FASHION_MNIST.exists(), reason="apt-get install dataset-fashion-mnist"
+)
+def test_the_installed_fashion_mnist_is_the_whole_dataset():
+    images = data.load_images()
+    assert (len(images.x_train), len(images.x_test)) == (60_000, 10_000)
+    assert np.bincount(images.y_test).tolist() == [1000] * 10  # balanced, as published
 
 
 def test_network_probe_does_not_hang_when_unreachable(monkeypatch):

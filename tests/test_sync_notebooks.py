@@ -68,7 +68,7 @@ def test_a_new_notebook_is_adopted_and_gets_the_whole_preamble(adopted):
     assert text[0].startswith("# 11 · A new lesson\nLearn one new thing")
     assert text[1].startswith(sync.BADGE_MARKER) and "11_new.ipynb" in text[1]
     assert text[2] == f"## What you need\nAny machine; about a minute on a CPU.\n\n{sync.TPU_FACTS}"
-    assert text[3].startswith("## Setup\n") and "`parameters`" in text[3]
+    assert text[3].startswith("## Setup\n") and "CONTRIBUTING.md#how-a-lesson-starts" in text[3]
     assert out["cells"][4]["metadata"]["tags"] == ["parameters"]
     assert text[5].startswith(sync.SETUP_MARKER)
     assert text[5].endswith("lesson.start(RELEASE, SIMULATED_REPLICAS)")
@@ -149,7 +149,7 @@ def test_a_notebook_chooses_its_setup_variant(adopted):
     manifest["11_new"].update(setup="helpers-only", parameters="`SEED` picks the data.")
     text = _sources(sync.sync_notebook(nb, "11_new.ipynb", CFG, manifest, NAMES))
     assert text[5].endswith("lesson.start(RELEASE, backend=None)")
-    assert "does not use TensorFlow" in text[3] and "values it was given.\n`SEED` picks" in text[3]
+    assert "needs no TensorFlow" in text[3] and text[3].endswith("`SEED` picks the\ndata.")
 
 
 def test_adopted_entries_round_trip_through_the_manifest_file(tmp_path):
@@ -320,3 +320,32 @@ def test_the_badges_runtime_survives_nbstripout_as_make_sync_runs_it(tmp_path):
     for key, value in sync.HARDWARE_METADATA["tpu"].items():
         assert stripped[key] == value
     assert stripped["colab"]["gpuType"] == "V5E1" and stripped["kaggle"]["accelerator"] == "tpuV5e8"
+
+
+def test_an_aside_runs_to_the_next_section_folded_and_a_guard_hides_its_input():
+    cells = [
+        _cell("markdown", "## 1. A lesson section"),
+        _cell("code", "assert x > 0", tags=["guard"]),
+        _cell("markdown", "## Aside: the simulated TPU\nWhy a CPU is slow here."),
+        _cell("code", "print('timing')"),
+        _cell("markdown", "### A subheading stays inside"),
+        _cell("markdown", "## What to remember"),
+        _cell("code", "print('after')", tags=["aside"]),  # a stale tag is removed
+    ]
+    sync.mark_asides_and_guards(cells)
+    tags = [c["metadata"].get("tags", []) for c in cells]
+    assert tags == [[], ["guard"], ["aside"], ["aside"], ["aside"], [], []]
+    assert cells[2]["metadata"]["jp-MarkdownHeadingCollapsed"] is True
+    assert "jp-MarkdownHeadingCollapsed" not in cells[5]["metadata"]
+    assert cells[1]["metadata"]["jupyter"] == {"source_hidden": True}
+    assert "jupyter" not in cells[3]["metadata"]
+
+
+def test_the_setup_text_stays_short_in_every_lesson():
+    for path in PATHS:
+        text = next(
+            "".join(c["source"]) for c in notebook_files.read(path)["cells"]
+            if c.get("id") == "setup-text"
+        )  # fmt: skip
+        assert sync.word_count(text) <= sync.SETUP_WORDS, path.name
+    assert sync.word_count("[How it works](https://x.y/z) <!-- a comment -->") == 3

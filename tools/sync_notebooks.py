@@ -32,7 +32,6 @@ import textwrap
 from pathlib import Path
 
 import manifest as manifest_file
-from manifest import smoke_parameters
 from notebook_files import ROOT, dumps, notebook_paths, read, settings, source
 
 sys.path.insert(0, str(ROOT))
@@ -44,6 +43,7 @@ __all__ = [
     "first_sentence",
     "long_cells",
     "main",
+    "mark_asides_and_guards",
     "module_map",
     "navigation",
     "preamble",
@@ -54,6 +54,7 @@ __all__ = [
     "sync_notebook",
     "sync_readme",
     "urls",
+    "word_count",
 ]
 
 TITLE_MARKER = (
@@ -132,30 +133,22 @@ lesson.start({start})"""
 INSTALL_HELP = "Internet off (Kaggle: Settings)? Else copy its helpers/ folder here."
 FOREIGN_HELP = "Rename your own `helpers`, or"
 
-# Setup variants: the arguments of lesson.start, and the sentence that explains them. A notebook
-# chooses one with `setup = "..."` in its manifest entry; "tensorflow" is the default.
+# Setup variants: the arguments of lesson.start, and the words that say what the cell does. A
+# notebook chooses one with `setup = "..."` in its manifest entry; "tensorflow" is the default.
+# What the cell does in full is in CONTRIBUTING.md ("How a lesson starts"), not before every lesson.
 SETUP_VARIANTS = {
     "tensorflow": (
-        "It then keeps TensorFlow's log lines out of the cells and checks that the TensorFlow "
-        "installed here can drive the hardware here. If TPU hardware is present but TensorFlow "
-        "cannot use it, the cell never lets you train on the CPU by accident: on Colab and "
-        "Kaggle it installs TensorFlow's TPU build and **asks you to restart** (the image's JAX "
-        "cannot use the TPU in that runtime afterwards); elsewhere it **stops** with the exact "
-        "commands. (With TensorFlow 2.19 or 2.20, as on Kaggle and Colab, a few grey "
-        "or red log lines starting `I0000`, `W0000` or `WARNING: All log messages before "
-        "absl::InitializeLog()` still appear under some cells: harmless start-up and optimiser "
-        "notes that those versions print before any log setting applies.)",
+        "checks that TensorFlow can drive the TPU (if not, it installs the TPU build and asks you "
+        "to restart, never training on the CPU by accident) and prints what it found",
         "RELEASE, SIMULATED_REPLICAS",
     ),
     "helpers-only": (
-        "This lesson does not use TensorFlow, so the cell does nothing more.",
+        "prints what it found; this lesson needs no TensorFlow",
         "RELEASE, backend=None",
     ),
     # Keras on JAX runs in its own process, without TensorFlow (notebook 12).
     "jax": (
-        "This lesson runs Keras on JAX, without TensorFlow: the cell selects the JAX backend, and "
-        "on a CPU-only host `SIMULATED_REPLICAS` devices, before Keras or JAX is first imported, "
-        "and stops with what to do if this process has already imported TensorFlow.",
+        "selects Keras' JAX backend before Keras is imported and prints the devices it found",
         'RELEASE, SIMULATED_REPLICAS, backend="jax"',
     ),
 }
@@ -163,25 +156,16 @@ SETUP_VARIANTS = {
 # Said once in every notebook's "What you need": the lessons' statements about TPU hardware are
 # documented facts, not measurements of this collection.
 TPU_FACTS = (
-    "What a lesson says about TPU hardware itself (tile padding, memory, bfloat16 arithmetic,"
-    " speed) follows Google's Cloud TPU documentation and the platforms' own trackers; none of it"
-    " has been run on a TPU by this collection yet (the book's page, What is tested, and what is"
-    " verified)."
+    "Statements about TPU hardware follow Google's Cloud TPU documentation; none has been run on a"
+    " TPU by this collection yet."
 )
 
+# At most SETUP_WORDS words: the lesson starts right after it.
 SETUP_TEXT = """## Setup
-The cell tagged `parameters` holds this lesson's settings, at the sizes of the full lesson;
-`SIMULATED_REPLICAS` is the number of replicas of the simulated TPU (a `MirroredStrategy` over
-that many logical CPU devices) when only a CPU is present. The quick version (`make smoke`,
-`make test`) runs with {smoke}, from `notebooks/manifest.toml`. A run without the notebook open
-(papermill, `make run`) adds a cell headed `# Parameters` after it, with the values it was
-given.{extra}
-
-The cell after it is the same in every lesson. On Colab and Kaggle it first installs this
-collection's small helper package from its release tag (while that tag is not published, from the
-main branch); a failed install says what to do, and so does a module of your own named `helpers`.
-Then `helpers.lesson.start` checks the helpers' release and prints one line: the helpers,
-TensorFlow and Keras, and the hardware found or simulated. {variant}"""
+The first cell below holds the lesson's settings; the second installs this
+collection's helpers on Colab and Kaggle, {variant}. [How the setup
+works](https://github.com/{{github}}/blob/main/CONTRIBUTING.md#how-a-lesson-starts).{extra}"""
+SETUP_WORDS = 60
 
 
 def urls(name: str, cfg: dict) -> dict[str, str]:
@@ -232,11 +216,15 @@ def setup_cell(entry: dict, cfg: dict) -> str:
 def setup_text(entry: dict, cfg: dict) -> str:
     explained, _ = SETUP_VARIANTS[entry.get("setup", "tensorflow")]
     extra = entry.get("parameters", "").strip()
-    smoke = ", ".join(f"`{name} = {value!r}`" for name, value in smoke_parameters(entry).items())
-    text = SETUP_TEXT.format(extra=f" {extra}" if extra else "", variant=explained, smoke=smoke)
+    text = SETUP_TEXT.format(extra=f" {extra}" if extra else "", variant=explained)
     heading, body = text.split("\n", 1)
-    paragraphs = [textwrap.fill(" ".join(p.split()), 99) for p in body.split("\n\n")]
-    return _fill("\n".join([heading, "\n\n".join(paragraphs)]), cfg)
+    return _fill(f"{heading}\n{textwrap.fill(' '.join(body.split()), 99)}", cfg)
+
+
+def word_count(markdown: str) -> int:
+    """Words as a reader sees them: link targets and HTML comments are not read."""
+    text = re.sub(r"<!--.*?-->|\]\([^)]*\)", " ", markdown, flags=re.DOTALL)
+    return len(re.findall(r"[\w`][^\s|]*", text))
 
 
 def preamble(entry: dict, name: str, cfg: dict, parameters: dict) -> list[dict]:
@@ -306,6 +294,35 @@ def assign_ids(cells: list[dict], name: str) -> None:
         seen.add(cell_id)
 
 
+# Asides and guards (CONTRIBUTING.md): an aside runs from a "## Aside" heading to the next heading
+# of level 1 or 2; JupyterLab stores a folded heading as jp-MarkdownHeadingCollapsed, and a hidden
+# input as jupyter.source_hidden. The book reads the tags (tools/book/build.py).
+ASIDE_HEADING = re.compile(r"^## Aside\b")
+SECTION_HEADING = re.compile(r"^#{1,2} ")
+ASIDE, GUARD, FOLDED = "aside", "guard", "jp-MarkdownHeadingCollapsed"
+
+
+def mark_asides_and_guards(cells: list[dict]) -> None:
+    """Tag each aside's cells ``aside`` and fold its heading; hide the input of ``guard`` cells."""
+    inside = False
+    for cell in cells:
+        text, meta = source(cell), cell["metadata"]
+        heading = cell["cell_type"] == "markdown" and SECTION_HEADING.match(text)
+        if heading:
+            inside = bool(ASIDE_HEADING.match(text))
+        tags = [t for t in meta.get("tags", []) if t != ASIDE] + ([ASIDE] if inside else [])
+        if tags:
+            meta["tags"] = tags
+        else:
+            meta.pop("tags", None)
+        if heading and inside:
+            meta[FOLDED] = True
+        elif heading:
+            meta.pop(FOLDED, None)
+        if cell["cell_type"] == "code" and GUARD in tags:
+            meta["jupyter"] = {**meta.get("jupyter", {}), "source_hidden": True}
+
+
 def sync_notebook(
     notebook: dict,
     name: str,
@@ -327,6 +344,7 @@ def sync_notebook(
     nav = _cell("markdown", navigation(name, names, manifest))
     nav["id"] = NAV_ID
     notebook["cells"] = head + lesson + [nav]
+    mark_asides_and_guards(notebook["cells"])
     assign_ids(notebook["cells"], name)
     notebook["nbformat"], notebook["nbformat_minor"] = 4, NBFORMAT_MINOR
     notebook["metadata"]["kernelspec"] = KERNELSPEC
@@ -356,6 +374,8 @@ def problems(notebook: dict, name: str) -> list[str]:
         if cell["cell_type"] == "markdown" and not text.startswith(NAV_MARKER):
             if HAND_NEXT.search(text):
                 found.append(f"{name}, cell {i}: a hand-typed **Next:** (navigation is generated)")
+            if cell.get("id") == "setup-text" and word_count(text) > SETUP_WORDS:
+                found.append(f"{name}: the setup text has more than {SETUP_WORDS} words")
             if i > PREAMBLE_CELLS and GENERATED_HEADING.match(text):
                 found.append(
                     f"{name}, cell {i}: a second '{text.splitlines()[0]}' (it is generated)"

@@ -33,7 +33,7 @@ from runner.folders import run_folder  # noqa: E402
 
 from book.pages import generated_pages  # noqa: E402
 
-__all__ = ["assemble", "book_notebook", "join_streams", "main"]
+__all__ = ["assemble", "book_notebook", "fold_aside_or_guard", "join_streams", "main"]
 
 BADGE = re.compile(r"\[!\[([^\]]+)\]\([^)]*\)\]\(([^)]+)\)")  # [![label](image)](target)
 
@@ -76,10 +76,43 @@ def book_notebook(nb: dict) -> dict:
             buttons = "".join(f'<a href="{url}">{label}</a>' for label, url in links)
             cell["source"] = f'<div class="launch-buttons">{buttons}</div>\n'
         elif cell.get("id") == "navigation":
-            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-            if "remove-cell" not in tags:
-                tags.append("remove-cell")
+            _tag(cell, "remove-cell")
+        fold_aside_or_guard(cell)
     return nb
+
+
+def _tag(cell: dict, tag: str) -> None:
+    tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+    if tag not in tags:
+        tags.append(tag)
+
+
+def fold_aside_or_guard(cell: dict) -> None:
+    """Fold what CONTRIBUTING.md calls asides and guards: the page shows a toggle instead.
+
+    An aside's code is folded whole by MyST-NB (``hide-cell``), a guard's input (``hide-input``);
+    an aside's prose goes into a ``<details>`` element below its heading. Subheadings inside it
+    become bold lines, since a section cannot start inside ``<details>``.
+    """
+    tags = cell.get("metadata", {}).get("tags", [])
+    if cell["cell_type"] == "code":
+        if "aside" in tags:
+            _tag(cell, "hide-cell")
+        elif "guard" in tags:
+            _tag(cell, "hide-input")
+        return
+    if "aside" not in tags:
+        return
+    text = _text(cell["source"])
+    heading, body = "", text
+    if text.startswith("## "):
+        heading, _, body = text.partition("\n")
+        heading += "\n\n"
+    body = re.sub(r"^#{3,} (.*)$", r"**\1**", body.strip(), flags=re.MULTILINE)
+    if body:
+        summary = "Read the aside" if heading else "The aside, continued"
+        body = f'<details class="aside">\n<summary>{summary}</summary>\n\n{body}\n\n</details>\n'
+    cell["source"] = heading + body
 
 
 def assemble(run: Path, src: Path) -> tuple[int, bool]:
