@@ -5,6 +5,7 @@
 # build/benchmark.md; make bench-quick for the reduced mode the tests run), make sync (regenerate
 # derived cells and the README table, strip outputs), make lab (JupyterLab), make check-routes
 # (resolve every install route against the package index with pip --dry-run; installs nothing),
+# make platforms (compare the routes with what Colab, Kaggle and the index publish),
 # make selftest (the TPU self-test, build/self-test/tpu-self-test.md and .json), make release
 # VERSION=X.Y.Z (set the version everywhere, regenerate, commit and tag locally; never pushes).
 #
@@ -38,7 +39,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 BOOK_READY := $(VENV)/.ready-requirements-book.txt
 NB ?=
-.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes selftest release clean book book-check
+.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes platforms selftest release clean book book-check
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Each environment and mode has its own folder (build/full,
@@ -125,6 +126,11 @@ lab: $(READY)
 
 check-routes: $(READY)
 	$(BIN)/python tools/check_routes.py
+
+# The platform watch: helpers/routes.py against what Colab, Kaggle and the package index publish
+# (online; RECORDED=tests/data/platforms/2026-11 reads saved copies, as the tests do).
+platforms: $(READY)
+	$(BIN)/python tools/platforms.py $(if $(RECORDED),--recorded $(RECORDED))
 
 selftest: $(READY)
 	$(BIN)/python -m helpers.selftest --out build/self-test

@@ -140,6 +140,9 @@ RELEASES: tuple[TPURelease, ...] = (
 )
 
 NEWEST_TPU_TENSORFLOW = "2.20.0"  # there is no tensorflow-tpu 2.21
+# The newest libtpu on the package index when the routes were last checked (tools/platforms.py
+# says when it moves): what pip takes for a tensorflow-tpu that does not pin libtpu exactly.
+LIBTPU_NEWEST_SEEN = "0.0.52"
 
 # --- Platform facts ----------------------------------------------------------------------------
 
@@ -466,6 +469,7 @@ def installed_route(path: Path | None = None) -> dict | None:
 
 __all__ = [
     "Fact",
+    "LIBTPU_NEWEST_SEEN",
     "NoRoute",
     "OTHER",
     "PLATFORMS",
