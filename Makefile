@@ -94,6 +94,7 @@ lint: $(READY)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/sync_notebooks.py --check
+	$(BIN)/python tools/check_references.py
 	$(BIN)/nbstripout --keep-id --verify notebooks/*.ipynb  # stored as `make sync` leaves them
 
 sync: $(READY)

@@ -1,6 +1,6 @@
 """Sphinx configuration of the TPU Field Guide book.
 
-tools/build_book.py copies this folder and the executed notebooks into build/book/src and runs
+tools/book/build.py copies this folder and the executed notebooks into build/book/src and runs
 Sphinx there with -W: a warning fails the build. Nothing here executes a notebook or reaches the
 network: the outputs shown are the ones the headless run stored.
 """
@@ -23,7 +23,7 @@ nb_execution_mode = "off"
 # Markdown outputs (the self-test report) carry tables: CommonMark, the default, has none.
 nb_render_markdown_format = "myst"
 nb_output_stderr = "show"  # stderr stays visible, styled apart in _static/book.css
-nb_merge_streams = False  # tools/build_book.py joins consecutive streams, keeping their order
+nb_merge_streams = False  # tools/book/build.py joins consecutive streams, keeping their order
 # No dollarmath/amsmath: pages carry no math, so Sphinx never adds MathJax (a CDN script).
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3  # Markdown links to #section-anchors resolve, and are checked
@@ -43,7 +43,7 @@ html_theme_options = {
     "show_toc_level": 2,
     # The theme's own launch buttons know Colab but not Kaggle, and would link every page to
     # path_to_docs/<page>.ipynb; the lesson pages carry their own Colab and Kaggle buttons instead
-    # (tools/build_book.py turns each notebook's badge cell into them).
+    # (tools/book/build.py turns each notebook's badge cell into them).
     "launch_buttons": {},
 }
 

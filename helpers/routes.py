@@ -86,6 +86,7 @@ class Platform:
     remove_first: tuple[str, ...] = ()  # builds that collide with tensorflow-tpu
     other_python: str = ""  # what to do when this platform's Python has no route
     facts: tuple[Fact, ...] = ()
+    cores: int = 0  # TPU cores (TensorFlow devices, replicas) of its TPU; 0: varies
 
 
 # --- Release facts -----------------------------------------------------------------------------
@@ -157,6 +158,7 @@ PLATFORMS: dict[str, Platform] = {
         label="Colab, TPU runtime",
         hardware="v5e-1 (one TPU core); v6e-1 on paid tiers (one core, unverified)",
         python="3.13",
+        cores=1,
         tensorflow_shipped="none",
         restart="Runtime > Restart session",
         installs_automatically=True,
@@ -193,6 +195,7 @@ PLATFORMS: dict[str, Platform] = {
         label="Kaggle, TPU VM v5e-8",
         hardware="v5e-8 (8 TPU cores)",
         python="3.12",
+        cores=8,
         tensorflow_shipped="tensorflow-cpu 2.20.0 (cannot use the TPU)",
         restart="Run > Restart & clear cell outputs",
         installs_automatically=True,

@@ -175,7 +175,7 @@ class Checker:
 
 
 def check(book: Path) -> tuple[Checker, dict]:
-    """Check every page of ``book/html``; return the checker (its ``failures``) and the counts."""
+    """Check every page of the built site (``html``); return the checker (its ``failures``) and the counts."""
     site, shots = book / "html", book / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     pages = sorted(p.name for p in site.glob("*.html"))

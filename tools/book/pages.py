@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -20,7 +21,7 @@ from notebook_files import ROOT, settings
 
 from helpers import failures, routes
 
-__all__ = ["generated_pages", "stacks"]
+__all__ = ["generated_pages", "lab_checks", "stacks"]
 
 STACK_FILES = {
     "main": "requirements.txt",
@@ -154,8 +155,36 @@ def generated_pages(run: Path, names: list[str]) -> dict[str, str]:
         "route_facts.md": route_facts(),
         "failures.md": failures.markdown_table() + "\n",
         "stacks.md": stacks_table(),
+        "lab_checks.md": lab_checks(),
         "measured.md": measured_page(run, build),
     }
+
+
+def lab_checks() -> str:
+    """What the JupyterLab checks do, read from their test module: one line per test.
+
+    Each test's name is its statement, and the lessons it opens are its module's constants, so
+    this page cannot say a check does what it no longer does.
+    """
+    module = ROOT / "tests" / "test_browser_lab.py"
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    constants = {
+        t.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for t in node.targets
+        if isinstance(t, ast.Name) and str(node.value.value).endswith(".ipynb")
+    }
+    lines = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            said = node.name.removeprefix("test_").replace("_", " ")
+            opened = sorted(
+                {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & set(constants)
+            )
+            where = "".join(f" (`{constants[n]}`)" for n in opened)
+            lines.append(f"- {said[0].upper()}{said[1:]}{where}.")
+    return "\n".join(lines) + "\n"
 
 
 def measured_page(run: Path, build: Path) -> str:
