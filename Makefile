@@ -10,10 +10,11 @@
 # VERSION=X.Y.Z (set the version everywhere, regenerate, commit and tag locally; never pushes).
 #
 # STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
-#   main    this machine's python3 + TensorFlow 2.21 (requirements.txt): laptops, CI, Binder
-#   kaggle  Python 3.12 + tensorflow-cpu 2.19.1 (requirements-kaggle.txt): Kaggle's TPU VM
-#   colab   Python 3.13 + tensorflow-cpu 2.20.0 (requirements-colab.txt): Colab's TPU runtime,
-#           whose one TPU core is one replica: its notebooks run with SIMULATED_REPLICAS=1
+#   main    this machine's python3 and the newest TensorFlow (requirements.txt): laptops, CI, Binder
+#   kaggle  Kaggle's TPU VM after its route (requirements-kaggle.txt)
+#   colab   Colab's TPU runtime after its route (requirements-colab.txt)
+# Each file's header (`make sync` writes it from helpers/routes.py) gives the Python and the
+# replicas, as many as the platform's TPU has cores; the notebooks run with that many.
 # e.g. `make test STACK=colab`; REPLICAS=N runs the notebooks with SIMULATED_REPLICAS=N. Each stack has its own virtual environment (.venv, .venv-kaggle,
 # .venv-colab); tools/find_python.py finds its interpreter or says how to install it.
 
@@ -28,10 +29,13 @@ else ifeq ($(STACK),colab)
 else
   $(error Unknown STACK=$(STACK); use main, kaggle or colab)
 endif
-# Each stack's Python and replica count are declared once, in its requirements file's header.
+# Each stack's Python and replica count: its requirements file's header (written by make sync).
 STACK_PYTHON := $(shell sed -n 's/^\# python: \([0-9.]*\)$$/\1/p' $(REQUIREMENTS))
 STACK_REPLICAS := $(shell sed -n 's/^\# replicas: //p' $(REQUIREMENTS))
-ifneq ($(STACK_REPLICAS),8)
+# The lessons' own default (requirements.txt's header, from helpers.strategy.SIMULATED_REPLICAS)
+# needs no --replicas, so the main stack's run folders keep their names.
+DEFAULT_REPLICAS := $(shell sed -n 's/^\# replicas: //p' requirements.txt)
+ifneq ($(STACK_REPLICAS),$(DEFAULT_REPLICAS))
   REPLICAS ?= $(STACK_REPLICAS)
 endif
 VENV ?= .venv-$(STACK)

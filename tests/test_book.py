@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from notebook_files import notebook_paths, read  # noqa: E402
 
 from book import build, pages  # noqa: E402
+from helpers import routes  # noqa: E402
 
 
 def _stream(name, text):
@@ -57,8 +58,12 @@ def test_the_lesson_map_lists_every_lesson_with_its_launch_links():
 
 def test_the_stacks_come_from_the_requirements_files():
     stacks = pages.stacks()
-    assert stacks["kaggle"]["#python"] == "3.12" and stacks["colab"]["#replicas"] == "1"
-    assert stacks["kaggle"]["tensorflow-cpu"] == "2.19.1" and "tensorflow" in stacks["main"]
+    kaggle, colab = routes.PLATFORMS["kaggle"], routes.PLATFORMS["colab"]
+    assert stacks["kaggle"]["#python"] == kaggle.python
+    assert stacks["colab"]["#replicas"] == str(colab.cores)
+    route = routes.choose_route("kaggle", kaggle.python)
+    assert stacks["kaggle"]["tensorflow-cpu"] == route.release.tensorflow
+    assert "tensorflow" in stacks["main"]
     assert all(stack["#stands in for"] for stack in stacks.values())
 
 
