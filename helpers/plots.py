@@ -1,6 +1,6 @@
-"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 03 to 07, 09 to 11).
+"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 01, 03 to 07, 09 to 11).
 
-Training curves and bar charts (03 to 06, 10), the shares of a profiled step (11), TPU device assignments (07, also importable as
+Sample images with their class names (01), training curves and bar charts (03 to 06, 10), the shares of a profiled step (11), TPU device assignments (07, also importable as
 ``topology.plot_assignments``) and a multi-worker run (09, also ``multiworker.plot_run``).
 matplotlib is imported when a plot is drawn, not when ``helpers`` is imported.
 """
@@ -17,6 +17,7 @@ __all__ = [
     "plot_assignments",
     "plot_bars",
     "plot_history",
+    "plot_samples",
     "plot_step_shares",
     "plot_worker_run",
 ]
@@ -51,6 +52,28 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
         ax.legend()
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_samples(x, y, class_names: Sequence[str], count: int = 10):
+    """The first image of each of the first ``count`` classes found in ``x``, titled with its
+    class name: greyscale images ``[N, H, W]`` or ``[N, H, W, 1]``, integer labels ``y``.
+
+    Returns the matplotlib figure. Taught in notebook 01.
+    """
+    import matplotlib.pyplot as plt
+
+    labels = np.asarray(y).reshape(-1)
+    shown = [int(np.flatnonzero(labels == c)[0]) for c in range(len(class_names)) if c in labels]
+    shown = shown[:count]
+    if not shown:
+        raise ValueError("no image has a label within class_names")
+    fig, axes = plt.subplots(1, len(shown), figsize=(1.3 * len(shown), 1.7), squeeze=False)
+    for ax, index in zip(axes[0], shown, strict=True):
+        ax.imshow(np.squeeze(x[index]), cmap="gray_r")
+        ax.set_title(f"{labels[index]}: {class_names[labels[index]]}", fontsize=8)
+        ax.axis("off")
     fig.tight_layout()
     return fig
 

@@ -1,6 +1,7 @@
 """``connect()``: the one entry point every notebook uses to get its distribution strategy.
 
-Taught in notebook 01. The order of preference is
+Taught in notebook 01, which writes its TPU and simulated-TPU paths out in plain TensorFlow
+(a test checks that this module makes the same calls). The order of preference is
 
 1. a TPU (``TPUClusterResolver(tpu="local")`` on a TPU VM, or a named TPU for a pod slice),
 2. several GPUs (``MirroredStrategy``),
@@ -127,10 +128,9 @@ def _try_tpu(tf, key, tpu, hints, allow_cpu_fallback) -> _Choice | None:
     if support.usable is not False:
         name = tpu or os.environ.get("TPU_NAME") or "local"
         try:
+            # The sequence notebook 01 writes out (tests/test_lesson_code_01.py compares them).
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
-            if name != "local":
-                # Only a remote (pod or TPU Node) cluster needs connecting; "local" is a no-op.
-                tf.config.experimental_connect_to_cluster(resolver)
+            tf.config.experimental_connect_to_cluster(resolver)  # does nothing for "local"
             tf.tpu.experimental.initialize_tpu_system(resolver)
             return _Choice(key, tf.distribute.TPUStrategy(resolver), "TPU", name)
         except (ValueError, RuntimeError, tf.errors.OpError) as err:
