@@ -153,7 +153,7 @@ class Context:
         return self.kind == "TPU"
 
     def images(self):
-        """scikit-learn's bundled digits: real images that need no network (notebook 01)."""
+        """scikit-learn's bundled digits: real images that need no network."""
         if self._images is None:
             self._images = data.load_images("digits")
         return self._images
