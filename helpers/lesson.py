@@ -23,6 +23,7 @@ import json
 
 import helpers
 from helpers import jax_port, quiet, runtime, versions
+from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = ["ForeignHelpers", "install_source", "start"]
 
@@ -85,7 +86,10 @@ def _installed(name: str) -> str:
 
 
 def start(
-    release: str, simulated_replicas: int | None = 8, *, backend: str | None = "tensorflow"
+    release: str,
+    simulated_replicas: int | None = SIMULATED_REPLICAS,
+    *,
+    backend: str | None = "tensorflow",
 ) -> None:
     """Set up a lesson's process (see the module docstring) and print one line about it.
 

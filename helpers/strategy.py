@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from helpers import failures, runtime, versions
 
 __all__ = [
+    "SIMULATED_REPLICAS",
     "SIMULATED_TPU",
     "connect",
     "describe",
@@ -37,6 +38,10 @@ __all__ = [
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
 
 SIMULATED_TPU = "simulated TPU"
+# Replicas of the simulated TPU unless a lesson asks for others: as many as the cores of the
+# single-host TPUs the lessons are written for (a v5e-8, a v3-8). The one place this number is
+# written: lessons' parameters cells, the self-test, the benchmark and the stacks read it.
+SIMULATED_REPLICAS = 8
 KINDS = ("TPU", "several GPUs", SIMULATED_TPU, "one device")
 
 
@@ -60,7 +65,10 @@ _CHOSEN: list[_Choice] = []  # at most one entry: the strategy of this kernel
 
 
 def connect(
-    simulated_replicas: int = 8, *, tpu: str | None = None, allow_cpu_fallback: bool = False
+    simulated_replicas: int = SIMULATED_REPLICAS,
+    *,
+    tpu: str | None = None,
+    allow_cpu_fallback: bool = False,
 ):
     """Return the best ``tf.distribute.Strategy`` for this machine (see the module docstring).
 

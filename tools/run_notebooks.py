@@ -61,7 +61,7 @@ def _parse_args(argv: list[str] | None):
     parser.add_argument(
         "--replicas",
         type=int,
-        help="SIMULATED_REPLICAS for every notebook (default: each notebook's own, 8)",
+        help="SIMULATED_REPLICAS for every notebook (default: each notebook's own)",
     )
     parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds per cell")
     parser.add_argument(

@@ -42,7 +42,7 @@ def stack_header(platform: str | None) -> list[str]:
     return [
         f"# python: {facts.python}",
         f"# replicas: {facts.cores}",
-        f"# stands in for: {facts.label} after its route ({route.release.requirement})",
+        f"# stands in for: {facts.label}, after its route ({route.release.requirement})",
     ]
 
 

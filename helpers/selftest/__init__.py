@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from helpers.selftest import checks, environment, speed
 from helpers.selftest.base import Check, CheckResult, Context, Outcome, run_check
 from helpers.selftest.report import Report, standard_notes
+from helpers.strategy import SIMULATED_REPLICAS
 
 # (smoke, full) budgets in seconds: full mode is sized to about 3 minutes on one v5e core.
 DEFAULT_CHECKS: tuple[Check, ...] = (
@@ -75,7 +76,7 @@ def replace_check(plan: Sequence[Check], key: str, fn: Callable[[Context], Outco
 def run(
     *,
     smoke: bool = False,
-    simulated_replicas: int = 8,
+    simulated_replicas: int = SIMULATED_REPLICAS,
     plan: Sequence[Check] | None = None,
     progress: Callable[[str], None] | None = print,
     command: str = "",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers import data
+from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = [
     "HARD_LIMIT_FACTOR",
@@ -129,7 +130,7 @@ class Context:
     """
 
     smoke: bool = False
-    simulated_replicas: int = 8
+    simulated_replicas: int = SIMULATED_REPLICAS
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tpu-self-test-")))
     strategy: object = None
     kind: str = ""

@@ -26,6 +26,7 @@ from helpers import processes, routes, runtime, selftest
 from helpers.selftest import environment
 from helpers.selftest.base import CheckResult
 from helpers.selftest.report import Report, standard_notes
+from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = ["RESTARTED_ENV", "main", "parse", "prepare", "restart", "setup_failure"]
 
@@ -46,8 +47,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--simulated-replicas",
         type=int,
-        default=8,
-        help="replicas of the simulated TPU when only a CPU is present (default: 8)",
+        default=SIMULATED_REPLICAS,
+        help=f"replicas of the simulated TPU when only a CPU is present (default: {SIMULATED_REPLICAS})",
     )
     parser.add_argument(
         "--install",

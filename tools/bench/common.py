@@ -24,7 +24,6 @@ __all__ = [
     "tiny_loop",
 ]
 
-SIMULATED_REPLICAS = 8
 LESSON_PER_REPLICA = 128  # the notebooks' workload: 128 per replica, global batch 1,024 on 8
 
 

@@ -9,7 +9,8 @@ teaches it.
 
 from __future__ import annotations
 
-from bench.common import SIMULATED_REPLICAS, row
+from bench.common import row
+from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = [
     "NOTES",

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from bench import fit, loops, overhead, pipeline, precision, recipes
-from bench.common import SIMULATED_REPLICAS, Settings, error_reason, replicas_text, say
+from bench.common import Settings, error_reason, replicas_text, say
 from helpers.processes import child_env
+from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = ["run_process", "run_worker"]
 
