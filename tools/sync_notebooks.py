@@ -43,12 +43,14 @@ from helpers.strategy import SIMULATED_REPLICAS  # noqa: E402
 __all__ = [
     "assign_ids",
     "badge_row",
+    "fill_facts",
     "first_sentence",
     "long_cells",
     "main",
     "mark_asides_and_guards",
     "module_map",
     "navigation",
+    "platform_fact",
     "preamble",
     "problems",
     "readme_table",
@@ -299,6 +301,30 @@ def assign_ids(cells: list[dict], name: str) -> None:
         seen.add(cell_id)
 
 
+# Platform facts in a lesson's prose: `<!-- fact kaggle.python -->3.12<!-- end -->` shows "3.12" to a
+# reader (the comments are invisible) and `make sync` rewrites it from helpers.routes, so a platform
+# that moves is followed by one edit there. Keys: PLATFORM.python, PLATFORM.route (the pip
+# requirements of its route), PLATFORM.shipped (the TensorFlow its image ships).
+FACT = re.compile(
+    r"(<!-- fact (\w[\w-]*)\.(python|route|shipped) -->)(.*?)(<!-- end -->)", re.DOTALL
+)
+
+
+def platform_fact(platform: str, key: str) -> str:
+    """The current value of one platform fact a lesson's prose may state (see ``FACT``)."""
+    facts = routes.PLATFORMS[platform]
+    if key == "python":
+        return facts.python
+    if key == "shipped":
+        return facts.tensorflow_shipped.split(" (")[0]
+    release = routes.choose_route(platform, facts.python).release
+    return " ".join(f"`{arg}`" for arg in release.install_args())
+
+
+def fill_facts(text: str) -> str:
+    return FACT.sub(lambda m: m[1] + platform_fact(m[2], m[3]) + m[5], text)
+
+
 # Asides and guards (CONTRIBUTING.md): an aside runs from a "## Aside" heading to the next heading
 # of level 1 or 2; JupyterLab stores a folded heading as jp-MarkdownHeadingCollapsed, and a hidden
 # input as jupyter.source_hidden. The book reads the tags (tools/book/build.py).
@@ -351,6 +377,9 @@ def sync_notebook(
     lesson = [c for c in cells[start:] if not source(c).startswith(NAV_MARKER)]
     nav = _cell("markdown", navigation(name, names, manifest))
     nav["id"] = NAV_ID
+    for cell in lesson:
+        if cell["cell_type"] == "markdown" and FACT.search(text := source(cell)):
+            cell["source"] = fill_facts(text).splitlines(keepends=True)
     notebook["cells"] = head + lesson + [nav]
     mark_asides_and_guards(notebook["cells"])
     assign_ids(notebook["cells"], name)

@@ -1,0 +1,107 @@
+"""One edit follows a platform: a fact changed in its one home reaches every text after make sync.
+
+On a copy of the repository each test edits one line (Kaggle's Python in helpers/routes.py, the
+simulated replica count in helpers/strategy.py), runs the Makefile's own `sync` and `lint`
+recipes, and reads what a reader would: README.md, the book's routes page, notebook 01, the
+manifest, the stacks' requirements headers and every parameters cell.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _recipe(target: str) -> list[str]:
+    """The commands of one Makefile target, with $(BIN) pointing at this environment."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    block = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert block, f"no {target} target in the Makefile"
+    return [line.strip().replace("$(BIN)", str(BIN)) for line in block.group(1).splitlines()]
+
+
+def _copy(tmp_path: Path) -> Path:
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    copy = tmp_path / "repo"
+    for name in files:
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    subprocess.run(["git", "init", "-q"], cwd=copy, check=True)  # the reference check lists files
+    subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
+    return copy
+
+
+def _edit_sync_lint(copy: Path, file: str, old: str, new: str) -> None:
+    path = copy / file
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{old!r} is not one line of {file}"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    for command in _recipe("sync") + _recipe("lint"):
+        done = subprocess.run(command, shell=True, cwd=copy, capture_output=True, text=True)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+
+
+def _routes_page(copy: Path) -> str:
+    code = "from helpers import routes; print(routes.markdown_table())"
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=copy, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _markdown(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.mark.slow
+def test_moving_kaggle_to_python_3_13_is_one_edit(tmp_path):
+    copy = _copy(tmp_path)
+    _edit_sync_lint(
+        copy,
+        "helpers/routes.py",
+        'python="3.12",\n        cores=8',
+        'python="3.13",\n        cores=8',
+    )
+    kaggle_row = next(
+        line
+        for line in (copy / "README.md").read_text().splitlines()
+        if line.startswith("| Kaggle")
+    )
+    assert "| 3.13 |" in kaggle_row and "tensorflow-tpu==2.20.0" in kaggle_row
+    assert "| Kaggle, TPU VM v5e-8 |" in _routes_page(copy) and "2.20.0" in _routes_page(copy)
+    lesson = _markdown(copy / "notebooks" / "01_tpu_detection_and_connection.ipynb")
+    assert "runs Python <!-- fact kaggle.python -->3.13<!-- end -->" in lesson
+    assert "(Python <!-- fact kaggle.python -->3.13<!-- end -->)" in lesson
+    assert "<!-- fact kaggle.route -->`tensorflow-tpu==2.20.0` `libtpu==0.0.14`" in lesson
+    assert "3.12" not in (copy / "notebooks" / "manifest.toml").read_text()
+    header = (copy / "requirements-kaggle.txt").read_text()
+    assert header.startswith("# python: 3.13\n") and "\ntensorflow-cpu==2.20.0\n" in header
+    assert "(tensorflow-tpu==2.20.0)" in header
+
+
+@pytest.mark.slow
+def test_changing_the_simulated_replica_count_is_one_edit(tmp_path):
+    copy = _copy(tmp_path)
+    _edit_sync_lint(
+        copy, "helpers/strategy.py", "SIMULATED_REPLICAS = 8\n", "SIMULATED_REPLICAS = 4\n"
+    )
+    for notebook in sorted((copy / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        parameters = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
+        assert "SIMULATED_REPLICAS = 4 " in "".join(parameters["source"]), notebook.name
+    assert (copy / "requirements.txt").read_text().splitlines()[1] == "# replicas: 4"
+    # A platform's stack keeps its TPU's cores: 8 means a v5e-8 there, not the default.
+    assert (copy / "requirements-kaggle.txt").read_text().splitlines()[1] == "# replicas: 8"
