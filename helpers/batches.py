@@ -1,8 +1,8 @@
 """The global batch and its split over replicas: the one place that does this arithmetic.
 
 global batch = per-replica batch x replicas. Every replica must get the same static batch, and a
-TPU core computes in tiles of 8 rows (128 fill its matrix unit), so :class:`BatchPlan` says what a
-per-replica batch costs on a TPU. ``helpers.fitting``, ``helpers.data``, the custom loops, the
+TPU core computes in tiles of 8 rows (128 fill a 128 x 128 matrix unit; a v6e's are 256 x 256:
+``tpu_facts.GENERATIONS``), so :class:`BatchPlan` says what a per-replica batch costs on a TPU. ``helpers.fitting``, ``helpers.data``, the custom loops, the
 worker programs, Keras on JAX and the readiness check all use it. Taught in notebooks 01 and 03.
 """
 
@@ -12,9 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helpers.tpu_facts import BATCH_FOR_MXU, TILE_ROWS, round_up
+from helpers.tpu_facts import BATCH_FOR_MXU, GENERATIONS, TILE_ROWS, round_up
 
 __all__ = ["BatchPlan", "per_replica_batch", "plan_batch", "split_batch"]
+
+
+def _larger_mxus() -> str:
+    """The generations whose matrix units are larger than 128 x 128, e.g. "v6e: 256 x 256"."""
+    larger = [g for g in GENERATIONS.values() if g.mxu_size > BATCH_FOR_MXU]
+    return "; ".join(f"{g.name}: {g.mxu_size} x {g.mxu_size}" for g in larger) or "every generation"
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,13 @@ class BatchPlan:
 
     @property
     def advice(self) -> str:
+        mxu = f"a {BATCH_FOR_MXU} x {BATCH_FOR_MXU} matrix unit ({_larger_mxus()})"
         if self.per_replica % BATCH_FOR_MXU == 0:
-            return f"a multiple of {BATCH_FOR_MXU}: fills the TPU's matrix unit"
+            return f"a multiple of {BATCH_FOR_MXU}: fills {mxu}"
         if self.per_replica % TILE_ROWS == 0:
             return (
-                f"a multiple of {TILE_ROWS}: no padding, but {BATCH_FOR_MXU} per core would "
-                "fill the matrix unit (fine when the dataset is small)"
+                f"a multiple of {TILE_ROWS}: no padding, but {BATCH_FOR_MXU} per replica would "
+                f"fill {mxu}; fine when the dataset is small"
             )
         return (
             f"not a multiple of {TILE_ROWS}: a TPU core pads it to {self.padded_per_replica} "
@@ -84,7 +91,8 @@ def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
 
     ``fit`` takes the *global* batch and gives each replica an equal share. A TPU core works on
     tiles of 8 x 128: a per-replica batch that is not a multiple of 8 is padded (wasted work), and
-    128 rows per core fill the matrix unit. The advice says which case applies.
+    128 rows per replica fill a 128 x 128 matrix unit (a v6e's are 256 x 256: ``tpu_facts``). The
+    advice says which case applies.
     """
     for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:

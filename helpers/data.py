@@ -181,6 +181,9 @@ def make_dataset(
 ):
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches with static shapes (notebook 03).
 
+    Notebook 03 writes this pipeline out in its cell ``static-pipeline``; a test holds this
+    function to that cell (``tests/test_lesson_code_03.py``).
+
     ``drop_remainder=True`` gives every batch the same shape, so XLA compiles the step once.
     Training data is shuffled and repeated; pass ``steps_per_epoch`` to ``fit`` with it.
     """

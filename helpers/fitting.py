@@ -7,6 +7,10 @@
 - :func:`single_device_evaluation` and :func:`check_loss_parity`: proof that distribution did not
   change the loss;
 - :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
+
+Notebook 03 writes the learning-rate rule, the ``steps_per_execution`` choice and the whole-call
+epoch in plain TensorFlow; ``tests/test_lesson_code_03.py`` proves these functions give the same
+numbers, so later lessons may call them.
 """
 
 from __future__ import annotations

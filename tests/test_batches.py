@@ -12,6 +12,8 @@ def test_plan_batch_multiplies_and_judges_the_tiles():
     full = batches.plan_batch(128, 8)
     assert full.global_batch == 1024 and full.wasted_fraction == 0
     assert "fills" in full.advice and "x 8 replicas = global batch 1024" in str(full)
+    # the matrix unit's size comes from tpu_facts: 128 x 128, and a v6e's 256 x 256
+    assert "128 x 128" in full.advice and "v6e: 256 x 256" in full.advice
     assert "x 1 replica = global batch 128" in str(batches.plan_batch(128, 1))
 
     small = batches.plan_batch(16, 8)

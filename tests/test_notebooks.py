@@ -58,7 +58,11 @@ def test_title_promise_and_closing_section(notebook):
     first = _source(nb["cells"][0])
     assert first.startswith(f"# {path.name[:2]} · "), first[:60]
     assert len(first.splitlines()) >= 2, "the title needs a one-paragraph promise under it"
-    assert any("## What to remember" in _source(c) for c in nb["cells"][-3:])
+    headings = [
+        line for c in nb["cells"] if c["cell_type"] == "markdown"
+        for line in _source(c).splitlines() if line.startswith("## ")
+    ]  # fmt: skip
+    assert headings[-2:] == ["## What to remember", "## Exercises"], headings[-2:]
 
 
 def test_parameters_cell_holds_only_literals(notebook):
