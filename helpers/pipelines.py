@@ -4,7 +4,9 @@ A TPU step is fast; the host CPU that decodes and augments the next batch often 
 module holds what notebook 06 measures:
 
 - :func:`to_photos`, :func:`write_tfrecords`, :func:`read_tfrecords`, :func:`check_roundtrip`:
-  a sharded TFRecord dataset of PNG-encoded images, written and read back exactly;
+  a sharded TFRecord dataset of PNG-encoded images, written and read back exactly. Notebook 06
+  writes the writing, parsing and reading out in plain TensorFlow; ``tests/test_lesson_code_06.py``
+  checks that its cells write the same files and read the same records as these functions;
 - :func:`build_pipeline`: the same input pipeline at each optimisation stage of :data:`STAGES`,
   from the typical tutorial version to a vectorised one, as one function for the self-test (00)
   and the benchmark; notebook 06 teaches the stages as its own cells, and checks with
@@ -79,8 +81,8 @@ def _feature_spec():
 def to_photos(images: np.ndarray, size: int) -> np.ndarray:
     """Scale ``[N, H, W, C]`` float images in [0, 1] to ``uint8`` images of ``size`` x ``size``.
 
-    The lessons' digits are tiny (8x8 or 28x28); decoding them costs almost nothing, unlike the
-    photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
+    The lessons' images are tiny (Fashion-MNIST's are 28x28); decoding them costs almost nothing,
+    unlike the photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
     decoding and augmentation work. Taught in notebook 06.
     """
     import tensorflow as tf
@@ -441,18 +443,27 @@ def files_for_host(files: Sequence[str], input_context) -> list[str]:
     return [f.decode() for f in shard.as_numpy_iterator()]
 
 
-def shard_plan(total_bytes: float, *, hosts: int = 1, target_file_bytes: float = 100e6) -> int:
-    """How many TFRecord files to write: about ``target_file_bytes`` each, a multiple of ``hosts``.
+def shard_plan(
+    total_bytes: float,
+    *,
+    hosts: int = 1,
+    files_per_host: int = 10,
+    min_file_bytes: float = 10e6,
+) -> int:
+    """How many TFRecord files to write, following TensorFlow's TFRecord guidance.
 
-    Files of roughly 100 MB or more keep reads efficient; at least one file per host (a
-    multiple of the host count, so every host gets the same share) lets each host of a pod read
-    its own files. Taught in notebook 06.
+    TensorFlow's TFRecord tutorial (tensorflow.org/tutorials/load_data/tfrecord) advises about
+    ten times as many files as hosts reading them, each at least 10 MB and ideally 100 MB or
+    more. This gives ``files_per_host`` files per host unless they would be smaller than
+    ``min_file_bytes``; then fewer, larger files, never fewer than one per host. The count is a
+    multiple of ``hosts``, so every host reads the same share. Taught in notebook 06.
     """
     if total_bytes <= 0:
         raise ValueError(f"total_bytes must be positive, got {total_bytes}")
-    if isinstance(hosts, bool) or not isinstance(hosts, int) or hosts < 1:
-        raise ValueError(f"hosts must be a positive integer, got {hosts!r}")
-    if target_file_bytes <= 0:
-        raise ValueError(f"target_file_bytes must be positive, got {target_file_bytes}")
-    files = max(1, math.ceil(total_bytes / target_file_bytes))
-    return math.ceil(files / hosts) * hosts
+    for label, value in (("hosts", hosts), ("files_per_host", files_per_host)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+    if min_file_bytes <= 0:
+        raise ValueError(f"min_file_bytes must be positive, got {min_file_bytes}")
+    per_host = min(files_per_host, math.floor(total_bytes / hosts / min_file_bytes))
+    return max(1, per_host) * hosts

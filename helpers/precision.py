@@ -66,9 +66,15 @@ class FloatFormat:
 
     @property
     def smallest_normal(self) -> float:
-        """Below this, values lose precision (subnormals) and then flush to zero."""
+        """The smallest value with all the mantissa's digits; below it come the subnormals."""
         bias = 2 ** (self.exponent_bits - 1) - 1
         return 2.0 ** (1 - bias)
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """The smallest value above zero: a subnormal with one digit left. Below half of it,
+        values round to zero (float16: 2**-24, about 6e-8)."""
+        return self.smallest_normal * 2.0**-self.mantissa_bits
 
     @property
     def epsilon(self) -> float:

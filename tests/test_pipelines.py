@@ -361,14 +361,17 @@ def test_files_for_host_needs_a_file_per_host():
 
 
 def test_shard_plan():
-    assert pipelines.shard_plan(250e6) == 3  # about 100 MB per file
-    assert pipelines.shard_plan(250e6, hosts=4) == 4  # at least one file per host
-    assert pipelines.shard_plan(1e9, hosts=4) == 12  # 10 files rounded up to a multiple of 4
-    assert pipelines.shard_plan(1e3, target_file_bytes=100) == 10
+    assert pipelines.shard_plan(5e9) == 10  # 10 files per host, 500 MB each
+    assert pipelines.shard_plan(5e9, hosts=4) == 40  # 125 MB each
+    assert pipelines.shard_plan(250e6, hosts=4) == 24  # 10 per host would be 6 MB: 6 per host
+    assert pipelines.shard_plan(25e6) == 2  # a small dataset: files of at least 10 MB
+    assert pipelines.shard_plan(1e6, hosts=4) == 4  # never fewer than one file per host
+    assert pipelines.shard_plan(1e3, files_per_host=3, min_file_bytes=100) == 3
     for kwargs, message in (
         ({"total_bytes": 0}, "total_bytes"),
         ({"total_bytes": 1e6, "hosts": 0}, "hosts"),
-        ({"total_bytes": 1e6, "target_file_bytes": -1}, "target_file_bytes"),
+        ({"total_bytes": 1e6, "files_per_host": 0}, "files_per_host"),
+        ({"total_bytes": 1e6, "min_file_bytes": -1}, "min_file_bytes"),
     ):
         with pytest.raises(ValueError, match=message):
             pipelines.shard_plan(**kwargs)

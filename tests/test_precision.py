@@ -27,6 +27,7 @@ def test_format_table_matches_the_real_formats(name, reference):
     assert fmt.bits == info.bits
     assert fmt.max == float(info.max)
     assert fmt.smallest_normal == float(info.smallest_normal)
+    assert fmt.smallest_subnormal == float(info.smallest_subnormal)
     assert fmt.epsilon == float(info.eps)
     assert fmt.mantissa_bits == info.nmant and fmt.exponent_bits == info.nexp
     assert fmt.decimal_digits == pytest.approx((info.nmant + 1) * math.log10(2))
