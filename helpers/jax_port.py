@@ -131,8 +131,8 @@ def classifier_layout(device_mesh, model_axis: str = "model"):
     The hidden kernel (inputs x hidden) is split by columns and its bias with it, so each device
     holds ``hidden / model`` units; the logits kernel (hidden x classes) is split by rows to
     match. Every other variable stays replicated. Keys are regular expressions searched in each
-    variable's path (``classifier/hidden/kernel``).
-    Taught in notebook 12.
+    variable's path (``classifier/hidden/kernel``). Notebook 12 writes the same map by hand
+    (section 4; tests/test_lesson_code_12.py compares the two).
     """
     import keras
 

@@ -111,7 +111,8 @@ def profile_calls(
     step ends when the work does. Run it once before, so the profile holds no first trace.
     ``warmup`` calls run just before the capture, unrecorded: they use up the batches that
     prefetch buffers filled while the program did something else, which would hide waits.
-    Returns ``(xplane path, extract(xplane path))``. Taught in notebook 11.
+    Returns ``(xplane path, extract(xplane path))``. Notebook 11 writes these lines by hand for
+    its first profile (tests/test_lesson_code_11.py reads both alike).
     """
     for i in range(warmup):
         timing.fetch(call(-1 - i))

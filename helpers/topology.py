@@ -194,7 +194,8 @@ def device_coordinates(spec: str | SliceSpec) -> np.ndarray:
 def build_topology(spec: str | SliceSpec):
     """A ``tf.tpu.experimental.Topology`` for a slice in :data:`SLICES`, built on any machine.
 
-    Part of helpers.topology, taught in notebook 07.
+    Notebook 07 writes the v3-8 one by hand in plain TensorFlow (section 2); this gives back the
+    same topology (tests/test_lesson_code_07.py).
     """
     import tensorflow as tf
 
@@ -256,8 +257,9 @@ def build_assignment(topology, logical_devices: int = 1):
     """``DeviceAssignment.build`` with one replica per block of ``logical_devices`` cores.
 
     ``num_replicas x logical_devices`` equals the slice's core count: every core serves exactly
-    one (replica, logical device) pair.
-    Part of helpers.topology, taught in notebook 07.
+    one (replica, logical device) pair. Notebook 07 calls ``DeviceAssignment.build`` by hand
+    for 2 logical devices on a v3-8 (section 3); this returns the same assignment
+    (tests/test_lesson_code_07.py).
     """
     import tensorflow as tf
 
