@@ -23,7 +23,7 @@ from .lane import Run, Stop, checked_commit, finish, log_tail
 __all__ = ["SIGN_IN", "TPU", "main", "record_text"]
 
 TPU = "v5e1"
-OUT = "/content/hardware-run"
+OUT = "hardware-run"  # colab run starts the script in /content
 SIGN_IN = Path("~/.config/colab-cli")
 INSTALL = (
     "`colab` (google-colab-cli) is not on PATH. Install it with `pip install "

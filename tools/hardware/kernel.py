@@ -24,6 +24,7 @@ from pathlib import Path
 __all__ = [
     "RECORD_BEGIN",
     "RECORD_END",
+    "MODULE_ENV",
     "REPO_ENV",
     "fetchable",
     "head_commit",
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/, for note
 from notebook_files import ROOT, settings  # noqa: E402
 
 REPO_ENV = "FIELD_GUIDE_REPO"
+MODULE_ENV = "FIELD_GUIDE_HARDWARE_DRIVER"
 RECORD_BEGIN = "----- hardware record -----"
 RECORD_END = "----- end of hardware record -----"
 SCRIPT = '''\
@@ -45,15 +47,14 @@ import sys
 
 COMMIT = "{commit}"
 REPO = "{repo}"
-SRC = "/tmp/tpu-field-guide-" + COMMIT[:12]
-OUT = {out!r}
+SRC = "/tmp/tpu-field-guide-{run_id}"
+OUT = os.path.abspath({out!r})  # relative: under the folder the platform starts the script in
 DRIVER = ["--platform", {platform!r}, "--out", OUT, "--commit", COMMIT, "--run-id", {run_id!r}]
+MODULE = os.environ.get("{module_env}", "tools.hardware.driver")  # another: only in the tests
 for step in (["init", "-q", SRC], ["-C", SRC, "fetch", "-q", "--depth=1", REPO, COMMIT],
              ["-C", SRC, "checkout", "-q", "FETCH_HEAD"]):
     subprocess.run(["git", *step], check=True, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
-code = subprocess.run(
-    [sys.executable, "-m", "tools.hardware.driver", *DRIVER, *{extra!r}], cwd=SRC
-).returncode
+code = subprocess.run([sys.executable, "-m", MODULE, *DRIVER, *{extra!r}], cwd=SRC).returncode
 record = os.path.join(OUT, "record.json")
 if {echo} and os.path.exists(record):  # the record travels back in the output
     print("{begin}", open(record).read(), "{end}", sep="\\n", flush=True)
@@ -108,6 +109,7 @@ def script(commit: str, run_id: str, platform: str, out: str, extra=(), echo=Fal
         run_id=run_id,
         extra=list(extra),
         echo=echo,
+        module_env=MODULE_ENV,
         begin=RECORD_BEGIN,
         end=RECORD_END,
     )
