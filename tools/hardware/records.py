@@ -181,11 +181,21 @@ def store(record: dict, folder: Path) -> Path:
     return path
 
 
-def _figures(record: dict) -> str:
-    figures = (record["selftest"] or {}).get("figures", {})
-    return ", ".join(
-        f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()
-    )
+def _figures(record: dict) -> list[str]:
+    """The self-test's figures in words: the recipes compared first, when the record has them."""
+    figures = dict((record["selftest"] or {}).get("figures", {}))
+    lines = []
+    if (speedup := figures.pop("recipe_speedup", None)) is not None:
+        rates = [figures.pop(f"{k}_examples_per_second", None) for k in ("collection", "classic")]
+        of = f" ({rates[0]:,.0f} against {rates[1]:,.0f} examples/s)" if None not in rates else ""
+        lines.append(
+            f"The collection's recipe trained at {speedup:.2f}x the classic one{of}; the goal on "
+            "a TPU is at least 2x."
+        )
+    if figures:
+        shown = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items())
+        lines.append(f"Other self-test figures: {', '.join(shown)}.")
+    return lines
 
 
 def page(records: list[dict]) -> str:
@@ -214,8 +224,8 @@ def page(records: list[dict]) -> str:
         )
     for r in _newest_first(records):
         lines += ["", f"### {_describe(r)} ({r['mode']} mode, {device_kind(r)} devices)", ""]
-        if figures := _figures(r):
-            lines += [f"Self-test figures: {figures}.", ""]
+        for line in _figures(r):
+            lines += [line, ""]
         lines += ["| lesson | status | seconds | result |", "|---|---|---:|---|"]
         lines += [
             f"| {row['notebook'][:2]} | {row['status']} | {row['seconds']} | {row['headline']} |"
