@@ -223,7 +223,7 @@ def page(records: list[dict]) -> str:
             f"| `{r['commit'][:7]}` | {passed} of {len(r['lessons'])} | {verdict} | {verifies} |"
         )
     for r in _newest_first(records):
-        lines += ["", f"### {_describe(r)} ({r['mode']} mode, {device_kind(r)} devices)", ""]
+        lines += ["", f"## {_describe(r)} ({r['mode']} mode, {device_kind(r)} devices)", ""]
         for line in _figures(r):
             lines += [line, ""]
         lines += ["| lesson | status | seconds | result |", "|---|---|---:|---|"]
