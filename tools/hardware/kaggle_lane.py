@@ -198,6 +198,13 @@ def main(run: Run, folder: Path, limit: float, poll: float, grace: float, ref: s
     source = credentials_source()
     if source is None:
         raise Stop(NO_CREDENTIALS, "no Kaggle credentials.")
+    try:
+        return _run(run, folder, limit, poll, grace, ref, source)
+    except (OSError, ValueError) as err:  # requests' errors are OSErrors; the client's ValueErrors
+        raise Stop(f"Kaggle's API failed: {err}", "Kaggle's API failed.") from None
+
+
+def _run(run: Run, folder: Path, limit: float, poll: float, grace: float, ref: str, source: str):
     api, user = connect(source)
     version, collecting = None, bool(ref)
     if not collecting:

@@ -96,5 +96,7 @@ def finish(path: Path, folder: Path, run_id: str | None = None) -> int:
         print("Failed:", ", ".join(failed))
     if kind != "TPU":
         print(f"The devices were {kind}s: a dry run, which verifies nothing.")
+    elif records.counts(record):
+        print("This record verifies on a TPU: `make sync` updates the README's route table.")
     print(stored)
     return 0 if record["lessons"] and not failed and selftest.get("passed") else 1
