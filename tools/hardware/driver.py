@@ -69,7 +69,7 @@ def install(platform: str, out: Path) -> str | None:
     log = out / "install.log"
     taken = None
     try:
-        runtime.ensure_tensorflow(install=True)
+        runtime.ensure_tensorflow(install=platform != "local")  # local never installs a route
     except runtime.RestartRequired as done:  # installed: the lessons' fresh kernels load it
         print(done, flush=True)
         taken = (routes.installed_route() or {}).get("name")
