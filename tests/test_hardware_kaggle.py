@@ -72,7 +72,11 @@ def lane(tmp_path: Path, scenario: Scenario, *args: str, env: dict | None = None
         )
         if signal_at:
             signal_at(kaggle, proc)
-        output, _ = proc.communicate(timeout=90)
+        try:
+            output, _ = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"the lane did not end within 90 s:\n{proc.communicate()[0]}")
     return proc.returncode, output, kaggle
 
 
