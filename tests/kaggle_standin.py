@@ -42,6 +42,7 @@ class Scenario:
     allowed_seconds: int = 20 * 3600
     outputs: object = None
     log: list[dict] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)  # outputs of a run pushed earlier
 
 
 class KaggleStandIn:
@@ -50,7 +51,7 @@ class KaggleStandIn:
     def __init__(self, scenario: Scenario):
         self.scenario = scenario
         self.received: list[dict] = []
-        self.files: dict[str, bytes] = {}
+        self.files: dict[str, bytes] = dict(scenario.files)
         self.status_calls = 0
         self.deleted: list[str] = []
         self._server = ThreadingHTTPServer(ADDRESS, self._handler())

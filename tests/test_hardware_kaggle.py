@@ -203,3 +203,14 @@ def test_outputs_of_an_earlier_run_are_not_taken_for_this_one(tmp_path):
     scenario = Scenario(token=TOKEN, statuses=["COMPLETE"], outputs=outputs(run_id="kaggle-old"))
     code, output, _ = lane(tmp_path, scenario)
     assert code == 2 and "the outputs came from another run" in output
+
+
+def test_collect_fetches_the_record_of_a_run_started_earlier(tmp_path):
+    earlier = outputs()("0123456789abcdef0123456789abcdef01234567", "kaggle-earlier-run")
+    scenario = Scenario(token=TOKEN, statuses=["RUNNING", "COMPLETE"], files=earlier)
+    code, output, kaggle = lane(tmp_path, scenario, "--collect", "fieldguide/tpu-field-guide-hw-1")
+    assert code == 0 and not kaggle.calls("SaveKernel"), output
+    assert (
+        json.loads(Path(output.strip().splitlines()[-1]).read_text())["run_id"]
+        == "kaggle-earlier-run"
+    )
