@@ -7,7 +7,8 @@
 # (resolve every install route against the package index with pip --dry-run; installs nothing),
 # make platforms (compare the routes with what Colab, Kaggle and the index publish),
 # make selftest (the TPU self-test, build/self-test/tpu-self-test.md and .json), make release
-# VERSION=X.Y.Z (set the version everywhere, regenerate, commit and tag locally; never pushes).
+# VERSION=X.Y.Z (set the version everywhere, regenerate, commit and tag locally; never pushes),
+# make hardware PLATFORM=kaggle|colab|local (every lesson on a real TPU host; see CONTRIBUTING.md).
 #
 # STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
 #   main    this machine's python3 and the newest TensorFlow (requirements.txt): laptops, CI, Binder
@@ -43,7 +44,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 BOOK_READY := $(VENV)/.ready-requirements-book.txt
 NB ?=
-.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes platforms selftest release clean book book-check
+.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes platforms selftest release clean book book-check hardware
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Each environment and mode has its own folder (build/full,
@@ -139,6 +140,16 @@ platforms: $(READY)
 
 selftest: $(READY)
 	$(BIN)/python -m helpers.selftest --out build/self-test
+
+# The hardware lane (tools/hardware): every lesson and the self-test on a TPU host, and a record in
+# hardware/records/. PLATFORM=kaggle (needs a Kaggle token) or colab (a signed-in colab CLI);
+# PLATFORM=local runs the driver here on the simulated TPU: it installs nothing, and its record
+# (build/hardware/records/) is a dry run that verifies nothing. SMOKE=1: the lessons' quick
+# versions; NB="01 03": only those lessons; LIMIT_HOURS: the run's wall-clock limit (default 9).
+hardware: $(READY)
+	$(if $(filter kaggle colab local,$(PLATFORM)),,$(error make hardware PLATFORM=kaggle|colab|local))
+	$(BIN)/python -m tools.hardware $(PLATFORM) $(if $(SMOKE),--smoke) $(foreach n,$(NB),--only $(n)) \
+		$(if $(LIMIT_HOURS),--limit-hours $(LIMIT_HOURS))
 
 release: $(READY)
 	$(if $(VERSION),,$(error make release VERSION=X.Y.Z))

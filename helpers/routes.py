@@ -403,8 +403,14 @@ def route_table(pythons: tuple[str, ...] = PYTHONS_CHECKED) -> list[dict]:
     return rows
 
 
-def markdown_table() -> str:
-    """The platforms' routes as a Markdown table, every claim labelled (README and notebook 01)."""
+def markdown_table(verified: dict[str, str] | None = None) -> str:
+    """The platforms' routes as a Markdown table, every claim labelled (README and notebook 01).
+
+    ``verified`` gives the "verified on a TPU" words of a platform's route; a platform not in it
+    says "no" (the README and the book pass what the hardware records decide, see
+    ``tools/hardware/records.py``).
+    """
+    verified = verified or {}
     lines = [
         "| platform | TPU | Python | TensorFlow it ships | what to do | verified on a TPU |",
         "|---|---|---|---|---|---|",
@@ -421,7 +427,7 @@ def markdown_table() -> str:
             todo = "use the image's TensorFlow (nothing to install)"
         lines.append(
             f"| {platform.label} | {platform.hardware} | {platform.python} | "
-            f"{platform.tensorflow_shipped} | {todo} | no |"
+            f"{platform.tensorflow_shipped} | {todo} | {verified.get(platform.name, 'no')} |"
         )
     lines += ["", "| Python | tensorflow-tpu | libtpu | source |", "|---|---|---|---|"]
     for python in PYTHONS_CHECKED:

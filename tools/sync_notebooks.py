@@ -12,7 +12,8 @@ Derived, and so never edited by hand:
 - the navigation cell at the end of each notebook (previous, next), from the numbered file names;
 - the kernelspec and language_info metadata that papermill and nbval need;
 - the notebook table in README.md, from the manifest;
-- the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01 shows);
+- the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01 shows),
+  its "verified on a TPU" column from the records in hardware/records/ (``hardware.records``);
 - each stack's requirements header and TensorFlow pin, from ``helpers.routes`` (``tools/stacks.py``).
 
 A new ``NN_name.ipynb`` slots in with ``make sync``: its title cell and its "What you need" cell are
@@ -37,6 +38,7 @@ import stacks
 from notebook_files import ROOT, dumps, notebook_paths, read, settings, source
 
 sys.path.insert(0, str(ROOT))
+from hardware import records as hardware_records  # noqa: E402
 from helpers import routes  # noqa: E402
 from helpers.strategy import SIMULATED_REPLICAS  # noqa: E402
 
@@ -479,10 +481,15 @@ def _replace_between(text: str, start: str, end: str, body: str) -> str:
     return f"{head}{start}\n{body}\n{end}{tail}"
 
 
-def sync_readme(text: str, cfg: dict, manifest: dict | None = None) -> str:
+def sync_readme(
+    text: str, cfg: dict, manifest: dict | None = None, records: list[dict] | None = None
+) -> str:
+    """README.md with its tables regenerated; ``records``: the committed hardware records."""
+    records = hardware_records.load() if records is None else records
     text = _replace_between(text, TABLE_START, TABLE_END, readme_table(cfg, manifest))
     text = _replace_between(text, MODULES_START, MODULES_END, module_map())
-    return _replace_between(text, ROUTES_START, ROUTES_END, routes.markdown_table())
+    table = routes.markdown_table(hardware_records.verified_routes(records))
+    return _replace_between(text, ROUTES_START, ROUTES_END, table)
 
 
 def main() -> int:

@@ -11,7 +11,8 @@ or two. The site is OUT/html.
 In the copies, not in the stored notebooks, consecutive outputs of one stream are joined (a ``fit``
 log is one block, and stdout and stderr keep their order), and two generated cells change:
 - the badge cell (id "badges") loses its remote badge images: its Colab, Kaggle and GitHub links
-  become plain local buttons, so a page loads nothing from another host;
+  become plain local buttons, so a page loads nothing from another host; below them, whether the
+  lesson is verified on a TPU, as the hardware records decide (``hardware.records``);
 - the navigation cell (id "navigation") is hidden: the theme links the previous and next pages.
 """
 
@@ -31,7 +32,8 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository, for
 from notebook_files import ROOT, notebook_paths  # noqa: E402
 from runner.folders import run_folder  # noqa: E402
 
-from book.pages import generated_pages  # noqa: E402
+from book.pages import book_records, generated_pages  # noqa: E402
+from hardware import records as hardware_records  # noqa: E402
 
 __all__ = ["assemble", "book_notebook", "fold_aside_or_guard", "join_streams", "main"]
 
@@ -66,8 +68,9 @@ def join_streams(outputs: list[dict]) -> list[dict]:
     return joined
 
 
-def book_notebook(nb: dict) -> dict:
-    """The book's copy of an executed notebook (see the module docstring)."""
+def book_notebook(nb: dict, hardware: str = "") -> dict:
+    """The book's copy of an executed notebook (see the module docstring); ``hardware``: the
+    lesson's "verified on a TPU" words."""
     for cell in nb["cells"]:
         if cell.get("outputs"):
             cell["outputs"] = join_streams(cell["outputs"])
@@ -75,6 +78,8 @@ def book_notebook(nb: dict) -> dict:
             links = BADGE.findall(_text(cell["source"]))
             buttons = "".join(f'<a href="{url}">{label}</a>' for label, url in links)
             cell["source"] = f'<div class="launch-buttons">{buttons}</div>\n'
+            if hardware:
+                cell["source"] += f"\nOn TPU hardware: {hardware} ([records](hardware.md)).\n"
         elif cell.get("id") == "navigation":
             _tag(cell, "remove-cell")
         fold_aside_or_guard(cell)
@@ -115,7 +120,7 @@ def fold_aside_or_guard(cell: dict) -> None:
     cell["source"] = heading + body
 
 
-def assemble(run: Path, src: Path) -> tuple[int, bool]:
+def assemble(run: Path, src: Path, records: list[dict] | None = None) -> tuple[int, bool]:
     """Fill ``src`` with the book's sources; remove what an earlier build left and this one did
     not. Returns the number of lessons and whether anything was removed (then the site is
     rebuilt from scratch, so no page of a removed source stays in it)."""
@@ -128,14 +133,16 @@ def assemble(run: Path, src: Path) -> tuple[int, bool]:
             "`make run` (or `make smoke` for `make book SMOKE=1`) first."
         )
     written: set[Path] = set()
+    records = book_records() if records is None else records
     for name in names:
-        nb = book_notebook(json.loads((executed / name).read_text(encoding="utf-8")))
+        hardware = hardware_records.lesson_status(name, records)
+        nb = book_notebook(json.loads((executed / name).read_text(encoding="utf-8")), hardware)
         text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
         written.add(_write_if_changed(src / name, text))
     for path in (ROOT / "book").rglob("*"):
         if path.is_file():
             written.add(_write_if_changed(src / path.relative_to(ROOT / "book"), path.read_bytes()))
-    for name, text in generated_pages(run, names).items():
+    for name, text in generated_pages(run, names, records).items():
         written.add(_write_if_changed(src / "_generated" / name, text))
     stale = [p for p in src.rglob("*") if p.is_file() and p not in written]
     for path in stale:
@@ -148,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="from the smoke run, not the full")
     parser.add_argument("--run", type=Path, help="the run's folder (default: from --smoke)")
     parser.add_argument("--out", type=Path, help="default: build/book, or build/book-smoke")
+    parser.add_argument(
+        "--records",
+        type=Path,
+        action="append",
+        help="a folder of hardware records (default: hardware/records and build/hardware/records)",
+    )
     args = parser.parse_args(argv)
     mode = "smoke" if args.smoke else "full"
     run = (args.run or run_folder(mode)).resolve()
@@ -155,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (run / "summary.json").exists():
         raise SystemExit(f"{run} holds no run: `make {'smoke' if args.smoke else 'run'}` first")
     src, html = out / "src", out / "html"
-    count, removed = assemble(run, src)
+    records = hardware_records.load(*args.records) if args.records else None
+    count, removed = assemble(run, src, records)
     if removed:
         shutil.rmtree(html, ignore_errors=True)
         shutil.rmtree(out / "doctrees", ignore_errors=True)

@@ -1,7 +1,10 @@
 """The book's pieces made from data, never typed: each is a Markdown file a page includes.
 
 - ``lesson_map.md``: the lessons, from notebooks/manifest.toml and the badge links;
-- ``routes.md``, ``route_facts.md``, ``failures.md``: from helpers.routes and helpers.failures;
+- ``routes.md``, ``route_facts.md``, ``failures.md``: from helpers.routes and helpers.failures,
+  the routes' "verified on a TPU" column from the hardware records (``hardware.records``);
+- ``hardware.md``: every hardware record, committed (hardware/records/) or a dry run of this
+  machine (build/hardware/records/), for the "Verified on hardware" page;
 - ``stacks.md``: the Python and TensorFlow pairs CI runs, from the requirements files;
 - ``measured.md``: the run the book was built from (its summary.json: every lesson's status,
   time, headline and the numbers it recorded), then the benchmark's report and CI's timings when
@@ -19,9 +22,10 @@ import manifest
 import sync_notebooks
 from notebook_files import ROOT, settings
 
+from hardware import records as hardware_records
 from helpers import failures, routes
 
-__all__ = ["generated_pages", "lab_checks", "stacks"]
+__all__ = ["book_records", "generated_pages", "lab_checks", "stacks"]
 
 STACK_FILES = {
     "main": "requirements.txt",
@@ -146,12 +150,21 @@ def ci_page(build: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generated_pages(run: Path, names: list[str]) -> dict[str, str]:
+def book_records() -> list[dict]:
+    """The records the book shows: the committed ones and this machine's dry runs."""
+    return hardware_records.load(hardware_records.RECORDS, hardware_records.LOCAL_RECORDS)
+
+
+def generated_pages(
+    run: Path, names: list[str], records: list[dict] | None = None
+) -> dict[str, str]:
     """Every generated piece, by file name, for a book of ``names`` built from ``run``."""
     build = ROOT / "build"
+    records = book_records() if records is None else records
     return {
         "lesson_map.md": lesson_map(names),
-        "routes.md": routes.markdown_table() + "\n",
+        "routes.md": routes.markdown_table(hardware_records.verified_routes(records)) + "\n",
+        "hardware.md": hardware_records.page(records),
         "route_facts.md": route_facts(),
         "failures.md": failures.markdown_table() + "\n",
         "stacks.md": stacks_table(),

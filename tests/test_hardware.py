@@ -1,0 +1,170 @@
+"""Hardware records decide every "verified on a TPU" word; the lane runs end to end here (local).
+
+The fixture tests/data/hardware-record-tpu.json is built from the schema as a Kaggle run on TPU
+devices would write it (lessons 00 to 05 passed, 06 failed, the self-test passed): it must turn
+exactly the Kaggle route and those six lessons to "verified", and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import sync_notebooks  # noqa: E402
+from hardware.driver import selftest_figures  # noqa: E402
+from notebook_files import notebook_paths, settings  # noqa: E402
+
+from hardware import records  # noqa: E402
+
+FIXTURE = json.loads((ROOT / "tests" / "data" / "hardware-record-tpu.json").read_text())
+PASSED = [r["notebook"] for r in FIXTURE["lessons"] if r["status"] == "passed"]
+FAST_LESSON = "07"  # the quickest lesson in smoke mode (about 20 s), for the end-to-end run
+
+
+def route_rows(readme: str) -> dict[str, str]:
+    """The route table's last column, by the platform's label."""
+    start = readme.index(sync_notebooks.ROUTES_START)
+    rows = readme[start : readme.index(sync_notebooks.ROUTES_END)].splitlines()
+    return {
+        row.split(" | ")[0].lstrip("| "): row.rstrip(" |").rsplit(" | ", 1)[1]
+        for row in rows
+        if row.startswith("| ") and "TPU |" not in row and row.count(" | ") == 5
+    }
+
+
+def readme_with(record_list: list[dict]) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return sync_notebooks.sync_readme(text, settings(), records=record_list)
+
+
+def test_the_fixture_is_a_valid_record_from_tpus_that_counts():
+    assert records.problems(FIXTURE) == []
+    assert records.device_kind(FIXTURE) == "TPU" and records.counts(FIXTURE)
+
+
+def test_a_tpu_record_verifies_exactly_its_route_and_the_lessons_that_passed():
+    rows = route_rows(readme_with([FIXTURE]))
+    assert rows == {
+        "Colab, TPU runtime": "no",
+        "Kaggle, TPU VM v5e-8": "yes (Kaggle, 2026-01-02, commit 0123456)",
+        "Google Cloud TPU VM": "no",
+    }
+    for path in notebook_paths():
+        verified = records.lesson_status(path.name, [FIXTURE]).startswith("verified on a TPU")
+        assert verified == (path.name in PASSED), path.name
+    page = records.page([FIXTURE])
+    assert "2.50x the classic one" in page and "`0123456`" in page and "| 6 of 7 |" in page
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"devices": [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(8)]},
+        {"mode": "smoke"},
+        {"python": "3.13.5"},
+        {"tensorflow": "2.20.0"},
+        {"tensorflow_distribution": "tensorflow-cpu"},
+        {"platform": "local"},
+    ],
+    ids=["cpu-devices", "smoke", "other-python", "other-tensorflow", "cpu-build", "local"],
+)
+def test_a_record_off_the_route_or_off_a_tpu_verifies_nothing(change):
+    record = {**FIXTURE, **change}
+    assert records.problems(record) == []
+    assert set(route_rows(readme_with([record])).values()) == {"no"}
+    assert all(records.lesson_status(n, [record]) == records.NOT_YET for n in PASSED)
+
+
+def test_a_failed_self_test_leaves_the_route_unverified_but_not_its_passed_lessons():
+    record = {**FIXTURE, "selftest": {**FIXTURE["selftest"], "passed": False}}
+    assert records.verified_routes([record]) == {}
+    assert records.lesson_status(PASSED[0], [record]).startswith("verified on a TPU")
+
+
+def test_with_no_records_everything_says_not_yet_run_on_a_tpu():
+    assert readme_with([]) == (ROOT / "README.md").read_text(encoding="utf-8")
+    assert set(route_rows(readme_with([])).values()) == {"no"}
+    assert records.NOT_YET in records.page([])
+    assert records.load() == []  # no record is committed yet
+
+
+def test_a_broken_record_stops_whoever_reads_it(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({**FIXTURE, "commit": "main"}))
+    with pytest.raises(SystemExit, match="bad.json.*40-character"):
+        records.load(tmp_path)
+
+
+def test_the_self_tests_speed_figures_reach_the_record():
+    report = {
+        "checks": [
+            {"key": "recipes", "evidence": {"speedup": 2.1, "examples_per_second": {"classic": 5}}},
+            {"key": "matmul_rate", "evidence": {"tflops_total": 150.0}},
+            {"key": "connect", "evidence": {}},
+        ]
+    }
+    assert selftest_figures(report) == {
+        "recipe_speedup": 2.1,
+        "classic_examples_per_second": 5,
+        "matmul_tflops": 150.0,
+    }
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """``python -m tools.hardware local --smoke`` of one lesson, as ``make hardware`` runs it."""
+    tmp = tmp_path_factory.mktemp("local")
+    command = [sys.executable, "-m", "tools.hardware", "local", "--smoke", "--only", FAST_LESSON]
+    command += ["--records", str(tmp / "records"), "--out", str(tmp / "out")]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return tmp, proc
+
+
+@pytest.mark.slow
+def test_the_local_lane_runs_the_driver_and_keeps_a_dry_run_record(local_run):
+    tmp, proc = local_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (stored,) = (tmp / "records").glob("local-*.json")
+    assert proc.stdout.strip().splitlines()[-1] == str(stored)
+    record = json.loads(stored.read_text())
+    assert records.problems(record) == [] and records.device_kind(record) == "CPU"
+    assert not records.counts(record) and record["route"] is None
+    assert [r["status"] for r in record["lessons"]] == ["passed"]
+    assert record["selftest"]["passed"] and record["selftest"]["figures"]
+    (out,) = (tmp / "out").iterdir()
+    for name in ("pip-freeze.txt", "devices.json", "self-test/tpu-self-test.json"):
+        assert (out / name).exists(), name
+    assert list((out / "lessons" / "executed").glob(f"{FAST_LESSON}_*.ipynb"))
+    assert not (out / "install.log").exists()  # it installed nothing
+
+
+@pytest.mark.slow
+def test_the_book_shows_a_dry_run_and_a_tpu_record(local_run, tmp_path):
+    from book import build
+
+    tmp, _ = local_run
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "kaggle-fixture.json").write_text(json.dumps(FIXTURE))
+    run = tmp_path / "run"  # the stored lessons stand in for an executed run
+    (run / "executed").mkdir(parents=True)
+    for path in notebook_paths():
+        (run / "executed" / path.name).write_bytes(path.read_bytes())
+    (run / "summary.json").write_text(json.dumps({"header": "A stand-in run", "rows": []}))
+    out = tmp_path / "book"
+    args = ["--run", str(run), "--out", str(out), "--records", str(folder)]
+    assert build.main([*args, "--records", str(tmp / "records")]) == 0
+    html = out / "html"
+    page = (html / "hardware.html").read_text()
+    assert "nothing: a dry run on CPUs" in page and "0123456" in page
+    assert "2.50x the classic one" in page
+    first = (html / f"{PASSED[1][:-6]}.html").read_text()
+    assert "verified on a TPU (Kaggle, 2026-01-02, commit 0123456)" in first
+    assert records.NOT_YET in (html / f"{notebook_paths()[-1].stem}.html").read_text()
+    assert "yes (Kaggle, 2026-01-02, commit 0123456)" in (html / "routes.html").read_text()

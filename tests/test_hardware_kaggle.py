@@ -1,0 +1,216 @@
+"""The Kaggle lane (``python -m tools.hardware kaggle``) driving the real ``kaggle`` client.
+
+Each test starts the stand-in of ``tests/kaggle_standin.py`` on 127.0.0.1:80 (root only), runs
+the lane as a user would, and checks what it printed, what it stored and what Kaggle received.
+They run on the main stack only (``slow``): one port 80, one stand-in at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kaggle_standin import KaggleStandIn, Scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = json.loads((ROOT / "tests" / "data" / "hardware-record-tpu.json").read_text())
+TOKEN = "KGAT_standin_0123456789abcdef"
+LOG = [
+    {
+        "stream_name": "stdout",
+        "time": 1.0,
+        "data": "      02_building_in_strategy_scope.ipynb ...\n",
+    },
+    {"stream_name": "stdout", "time": 9.0, "data": "      03_keras_compile_and_fit.ipynb ...\n"},
+    {"stream_name": "stderr", "time": 99.0, "data": "ResourceExhaustedError: out of HBM\n"},
+]
+
+pytest.importorskip("kaggle", reason="the kaggle client needs Python 3.11 or newer")
+needs_port_80 = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the kaggle client sends to localhost:80 only; binding it needs root"
+)
+pytestmark = [pytest.mark.slow, needs_port_80]
+
+
+def outputs(failed: str = "", record: bool = True, run_id: str = ""):
+    """What the kernel leaves in /kaggle/working: the record and the runner's summary."""
+
+    def make(commit: str, pushed_run_id: str) -> dict[str, bytes]:
+        rows = [dict(r) for r in FIXTURE["lessons"] if r["status"] == "passed"]
+        for row in rows:
+            row["status"] = "FAILED" if row["notebook"].startswith(failed or "-") else "passed"
+        rec = {**FIXTURE, "commit": commit, "run_id": run_id or pushed_run_id, "lessons": rows}
+        files = {"hardware-run/lessons/summary.json": json.dumps({"rows": rows}).encode()}
+        if record:
+            files["hardware-run/record.json"] = json.dumps(rec).encode()
+        return files
+
+    return make
+
+
+def lane(tmp_path: Path, scenario: Scenario, *args: str, env: dict | None = None, signal_at=None):
+    """Run the lane against a stand-in; (exit status, output, stand-in)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE_")}
+    base.update(
+        HOME=str(tmp_path / "home"),
+        KAGGLE_API_ENVIRONMENT="LOCALHOST",
+        FIELD_GUIDE_REPO=str(ROOT),  # a repository that has this commit
+        **(env if env is not None else {"KAGGLE_API_TOKEN": TOKEN}),
+    )
+    command = [sys.executable, "-m", "tools.hardware", "kaggle", "--poll", "0.05"]
+    command += ["--stale-grace", "0.6", "--records", str(tmp_path / "records")]
+    command += ["--out", str(tmp_path / "out"), *args]
+    with KaggleStandIn(scenario) as kaggle:
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        if signal_at:
+            signal_at(kaggle, proc)
+        try:
+            output, _ = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"the lane did not end within 90 s:\n{proc.communicate()[0]}")
+    return proc.returncode, output, kaggle
+
+
+def everything_written(tmp_path: Path, output: str, kaggle: KaggleStandIn) -> str:
+    """What the lane printed and wrote, and every request body but the token check's own."""
+    written = [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
+    bodies = [r["body"] for r in kaggle.received if not r["path"].endswith("/IntrospectToken")]
+    return "\n".join([output, json.dumps(bodies), *written])
+
+
+def test_a_run_pushes_a_private_tpu_kernel_and_keeps_its_record(tmp_path):
+    # Right after the push the status still describes the previous session (PR #1177).
+    statuses = ["COMPLETE", "COMPLETE", "QUEUED", "RUNNING", "RUNNING", "COMPLETE"]
+    scenario = Scenario(token=TOKEN, statuses=statuses, outputs=outputs())
+    code, output, kaggle = lane(tmp_path, scenario)
+    assert code == 0, output
+    (push,) = kaggle.calls("SaveKernel")
+    assert push["machineShape"] == "TpuV5E8"
+    assert push["enableInternet"] is True and push["isPrivate"] is True
+    assert push["kernelType"] == "script" and push["language"] == "python"
+    assert "dockerImage" not in push and "dockerImagePinningType" not in push
+    assert "dockerImageVersionId" not in push["text"]
+    assert push["slug"].startswith("fieldguide/tpu-field-guide-hw-")
+    assert kaggle.status_calls == len(statuses)  # it waited past the stale COMPLETE
+    stored = list((tmp_path / "records").glob("kaggle-*.json"))
+    assert len(stored) == 1 and output.strip().splitlines()[-1] == str(stored[0])
+    record = json.loads(stored[0].read_text())
+    assert record["commit"] in push["text"] and record["run_id"] in push["text"]
+    assert "QUEUED after" in output and "RUNNING after" in output
+    assert TOKEN not in everything_written(tmp_path, output, kaggle)
+
+
+def test_a_legacy_key_works_and_stays_secret(tmp_path):
+    key = "legacykey0123456789"
+    scenario = Scenario(legacy=("fieldguide", key), outputs=outputs())
+    env = {"KAGGLE_USERNAME": "fieldguide", "KAGGLE_KEY": key}
+    code, output, kaggle = lane(tmp_path, scenario, env=env)
+    assert code == 0, output
+    assert key not in everything_written(tmp_path, output, kaggle)
+
+
+def test_no_credentials_stops_within_5_seconds_naming_what_to_set(tmp_path):
+    began = time.monotonic()
+    code, output, kaggle = lane(tmp_path, Scenario(), env={})
+    assert time.monotonic() - began < 5
+    assert code == 2 and not kaggle.received
+    for name in ("KAGGLE_API_TOKEN", "~/.kaggle/access_token", "KAGGLE_USERNAME", "KAGGLE_KEY"):
+        assert name in output
+    assert "kaggle.com/settings" in output
+    assert output.strip().splitlines()[-1] == "No record: no Kaggle credentials."
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    ("scenario", "said", "pushed"),
+    [
+        (Scenario(token="another"), "did not accept the credentials", 0),
+        (Scenario(token=TOKEN, used_seconds=20 * 3600), "20.0 h of 20.0 h used", 0),
+        (
+            Scenario(token=TOKEN, push_error="Maximum batch TPU session count of 1 reached"),
+            "A TPU session is already running",
+            1,
+        ),
+        (
+            Scenario(token=TOKEN, push_error="Notebook text exceeds the size limit"),
+            'Kaggle refused the push: "Notebook text exceeds the size limit"',
+            1,
+        ),
+    ],
+    ids=["token-refused", "quota-spent", "session-running", "push-refused"],
+)
+def test_faults_before_the_run_say_why_and_exit_2(tmp_path, scenario, said, pushed):
+    code, output, kaggle = lane(tmp_path, scenario)
+    assert code == 2 and said in output, output
+    assert len(kaggle.calls("SaveKernel")) == pushed
+    assert output.strip().splitlines()[-1].startswith("No record: ")
+    assert "Traceback" not in output and not (tmp_path / "records").exists()
+
+
+def test_a_kernel_in_error_names_the_failing_lesson_and_its_log(tmp_path):
+    scenario = Scenario(
+        token=TOKEN,
+        statuses=["RUNNING", "ERROR"],
+        failure_message="Your notebook hit an error",
+        outputs=outputs(failed="03", record=False),
+        log=LOG,
+    )
+    code, output, _ = lane(tmp_path, scenario)
+    assert code == 2, output
+    assert "ERROR (Your notebook hit an error)" in output
+    assert "Failing lesson: 03_keras_compile_and_fit.ipynb" in output
+    assert "ResourceExhaustedError: out of HBM" in output  # the log's last lines
+
+
+def test_a_record_with_a_failed_lesson_exits_1(tmp_path):
+    code, output, _ = lane(tmp_path, Scenario(token=TOKEN, outputs=outputs(failed="04")))
+    assert code == 1 and "Failed: 04_custom_training_loops.ipynb" in output
+    assert output.strip().splitlines()[-1].endswith(".json")
+
+
+def test_past_the_wall_clock_limit_the_kernel_is_deleted(tmp_path):
+    scenario = Scenario(token=TOKEN, statuses=["RUNNING"], outputs=outputs())
+    code, output, kaggle = lane(tmp_path, scenario, "--limit-hours", "0.0004")
+    assert code == 2 and kaggle.deleted == [kaggle.calls("SaveKernel")[0]["slug"]]
+    assert "was deleted" in output
+
+
+def test_ctrl_c_says_what_still_runs_and_how_to_collect_it(tmp_path):
+    def interrupt(kaggle, proc):
+        deadline = time.monotonic() + 30
+        while kaggle.status_calls < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+
+    scenario = Scenario(token=TOKEN, statuses=["RUNNING"], outputs=outputs())
+    code, output, kaggle = lane(tmp_path, scenario, signal_at=interrupt)
+    slug = kaggle.calls("SaveKernel")[0]["slug"]
+    assert code == 2 and f"The kernel {slug} is still running" in output
+    assert f"python -m tools.hardware kaggle --collect {slug}" in output
+    assert not kaggle.deleted and "Traceback" not in output
+
+
+def test_outputs_of_an_earlier_run_are_not_taken_for_this_one(tmp_path):
+    scenario = Scenario(token=TOKEN, statuses=["COMPLETE"], outputs=outputs(run_id="kaggle-old"))
+    code, output, _ = lane(tmp_path, scenario)
+    assert code == 2 and "the outputs came from another run" in output
+
+
+def test_collect_fetches_the_record_of_a_run_started_earlier(tmp_path):
+    earlier = outputs()("0123456789abcdef0123456789abcdef01234567", "kaggle-earlier-run")
+    scenario = Scenario(token=TOKEN, statuses=["RUNNING", "COMPLETE"], files=earlier)
+    code, output, kaggle = lane(tmp_path, scenario, "--collect", "fieldguide/tpu-field-guide-hw-1")
+    assert code == 0 and not kaggle.calls("SaveKernel"), output
+    assert (
+        json.loads(Path(output.strip().splitlines()[-1]).read_text())["run_id"]
+        == "kaggle-earlier-run"
+    )
