@@ -71,6 +71,8 @@ smoke: $(READY)
 # for a worker process, which overlaps well on 2 cores. A module's tests stay on one worker
 # (tests/conftest.py says which modules' tests are spread instead).
 PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
+# nbval runs the stored lessons that finish in full mode within about 20 s (`nbval = true` in
+# notebooks/manifest.toml), as a contributor would: `pytest --nbval-lax notebooks/NN_name.ipynb`.
 # Each notebook is executed once, by run_notebooks; pytest then checks the executed copies
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
 # On the main stack, make test then runs the slow end-to-end tests and the browser checks (the
@@ -78,6 +80,8 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # child processes and the browser, which overlaps well on two workers.
 MAIN_ONLY = $(filter main,$(STACK))
 test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
+	$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
+		$$($(BIN)/python tools/manifest.py --nbval)
 	$(SMOKE_RUN) --cell-timeout 900 || true
 	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests -m "not slow and not browser"
 	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \

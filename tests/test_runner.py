@@ -232,3 +232,11 @@ def test_each_stack_mode_and_selection_writes_its_own_folder():
     assert "smoke-kaggle" in names and "full-colab" in names
     assert len(set(folders)) == len(folders) - 4  # the full runs' selection adds no folder
     assert all(f.parent == ROOT / "build" for f in folders)
+
+
+def test_the_nbval_lessons_are_the_ones_the_manifest_marks():
+    import manifest
+
+    marked = {"01_a": {"nbval": True}, "02_b": {}, "03_c": {"nbval": False}}
+    assert [p.name for p in manifest.nbval_notebooks(marked)] == ["01_a.ipynb"]
+    assert all(p.exists() for p in manifest.nbval_notebooks())

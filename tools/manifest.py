@@ -12,7 +12,11 @@ One ``[notebooks.NN_name]`` entry per notebook:
 - ``[notebooks.NN_name.smoke]`` (optional): the parameter values of the small, quick version that
   ``make smoke`` and ``make test`` run, passed to the notebook as papermill parameters;
 - ``parameters``, ``setup``, ``hardware`` (optional): a sentence on its own parameters; the setup
-  cell's variant; the runtime its badges ask Colab and Kaggle for ("tpu", the default).
+  cell's variant; the runtime its badges ask Colab and Kaggle for ("tpu", the default);
+- ``nbval = true`` (optional): ``make test`` also runs the stored notebook, as it is, under
+  ``pytest --nbval-lax``: for lessons that finish in full mode within about 20 s here.
+
+    python tools/manifest.py --nbval     # the notebooks marked nbval, as paths (the Makefile)
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ __all__ = [
     "entry_for",
     "headlines",
     "load",
+    "nbval_notebooks",
     "smoke_parameters",
 ]
 
 MANIFEST = NOTEBOOKS / "manifest.toml"
 REQUIRED = ("title", "promise", "need", "headline")
-OPTIONAL = ("parameters", "setup", "kept_files", "smoke", "hardware")
+OPTIONAL = ("parameters", "setup", "kept_files", "smoke", "hardware", "nbval")
 SETUP_VARIANTS = ("tensorflow", "helpers-only", "jax")
 PARAMETER_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -76,6 +81,12 @@ def headlines(entry: dict) -> tuple[str, ...]:
     """The entry's headline templates, in the order they are tried."""
     headline = entry["headline"]
     return (headline,) if isinstance(headline, str) else tuple(headline)
+
+
+def nbval_notebooks(manifest: dict | None = None) -> list[Path]:
+    """The notebooks whose entry says ``nbval = true``, in order."""
+    manifest = load() if manifest is None else manifest
+    return [NOTEBOOKS / f"{stem}.ipynb" for stem, e in sorted(manifest.items()) if e.get("nbval")]
 
 
 def smoke_parameters(entry: dict) -> dict:
@@ -137,3 +148,11 @@ def adopt_missing(paths: list[Path], manifest_path: Path = MANIFEST) -> list[str
             manifest[path.stem] = entry
             added.append(path.name)
     return added
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--nbval"]:
+        raise SystemExit("usage: python tools/manifest.py --nbval")
+    print(" ".join(str(p.relative_to(NOTEBOOKS.parent)) for p in nbval_notebooks()))
