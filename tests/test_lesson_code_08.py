@@ -1,8 +1,8 @@
 """Notebook 08's code and the helpers that run it are the same code.
 
-- The restartable custom loop (cell ``resume-loop``) is the function the killed training
-  program runs (``helpers/_programs/resume_loop.py``): the two must parse to the same syntax
-  tree (comments and formatting may differ, nothing else).
+- The restore (cell ``restore-latest``) and the restartable custom loop (cell ``resume-loop``)
+  are the functions the killed training program runs (``helpers/_programs/resume_loop.py``):
+  each pair must parse to the same syntax tree (comments and formatting may differ, nothing else).
 - The ``BackupAndRestore`` callback the lesson builds (cell ``backup-callback``) is the one
   ``checkpoints.fit_backup_callbacks`` gives the ``fit`` program: same folder, same settings.
 """
@@ -34,12 +34,14 @@ def _function(source: str, name: str) -> str:
 
 
 def test_the_killed_program_runs_the_lessons_resume_loop():
-    lesson = _cell("resume-loop")
     program = (ROOT / "helpers" / "_programs" / "resume_loop.py").read_text()
-    assert "tf.train.CheckpointManager" in lesson and "assert_consumed()" in lesson
-    assert _function(lesson, "train_resumable") == _function(program, "train_resumable"), (
-        "notebook 08's cell resume-loop and helpers/_programs/resume_loop.py differ: edit both"
-    )
+    restore = _cell("restore-latest")
+    assert "tf.train.CheckpointManager" in restore and "assert_consumed()" in restore
+    for cell_id, name in (("restore-latest", "restore_latest"), ("resume-loop", "train_resumable")):
+        assert _function(_cell(cell_id), name) == _function(program, name), (
+            f"notebook 08's cell {cell_id} and {name} in helpers/_programs/resume_loop.py "
+            "differ: edit both"
+        )
     preemptible = (ROOT / "helpers" / "_programs" / "preemptible.py").read_text()
     assert "from helpers._programs.resume_loop import train_resumable" in preemptible
 

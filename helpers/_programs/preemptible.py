@@ -97,44 +97,51 @@ def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) ->
         log.write("repair", dropped=repaired.dropped, removed=repaired.removed)
     hold_commit = config.hold_where == "before-commit" and config.hold_at is not None
     held = False
+    last_loss = [None]  # the loss of the latest step, for the epoch_end event
+
+    def hold_after(done):  # the after-step hold: once, at the first step at or past hold_at
+        nonlocal held
+        if config.hold_at is not None and done >= config.hold_at and not (hold_commit or held):
+            held = True
+            log.hold(config.hold_timeout, step=done, where="after-step")
 
     def report(event, **values):
-        nonlocal held
         if event == "start":
             log.write("start", mode="custom", **values)
             return
         done = values["step"]
+        last_loss[0] = values["loss"]
         time.sleep(config.step_delay)
         epoch = (done - 1) // config.steps_per_epoch
         log.write("step", epoch=epoch, **values)
+        saves = done % config.save_interval == 0 or done == config.total_steps
+        if saves:
+            return  # the epoch end and the hold come after the save, in logged_save
         if done % config.steps_per_epoch == 0:
             log.write("epoch_end", epoch=epoch, step=done, loss=values["loss"])
-        if config.hold_at is not None and done >= config.hold_at and not (hold_commit or held):
-            held = True
-            log.hold(config.hold_timeout, step=done, where="after-step")
+        hold_after(done)
 
     def logged_save(manager, step):
         start = time.perf_counter()
         path = save(manager, step, config, log, hold_commit)
         log.write("checkpoint", step=step, path=path, seconds=round(time.perf_counter() - start, 4))
+        if step % config.steps_per_epoch == 0:  # an epoch has finished once its save is done
+            epoch = (step - 1) // config.steps_per_epoch
+            log.write("epoch_end", epoch=epoch, step=step, loss=last_loss[0])
+        hold_after(step)
 
     if config.require_checkpoint and checkpoints.latest_checkpoint(ckpt_dir) is None:
         raise CheckpointNotFoundError(
             f"no committed checkpoint in {ckpt_dir}, and this run was asked to continue one"
         )
     manager = train_resumable(
+        config,
         model,
         optimizer,
         strategy,
         ckpt_dir,
         images.x_train,
         images.y_train,
-        epochs=config.epochs,
-        steps_per_epoch=config.steps_per_epoch,
-        global_batch=config.global_batch,
-        save_every=config.save_interval,
-        steps_per_call=config.steps_per_call,
-        seed=config.seed,
         report=report,
         save=logged_save,
     )
