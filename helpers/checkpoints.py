@@ -1,5 +1,11 @@
 """Checkpoints for custom loops and ``fit``, restored with clear errors (taught in notebook 08).
 
+Notebook 08 writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
+``tf.train.CheckpointManager``, restores checked with ``status.assert_consumed()`` /
+``assert_existing_objects_matched()``, and the ``keras.callbacks.BackupAndRestore`` call that
+:func:`fit_backup_callbacks` returns (``tests/test_lesson_code_08.py`` ties the two). The
+functions here wrap that code with messages that say what to do.
+
 What this module adds to ``tf.train.Checkpoint`` and ``tf.train.CheckpointManager``:
 
 - :func:`make_checkpoint` builds the pair for a custom loop (model, optimizer, step counter).
@@ -413,7 +419,7 @@ def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int =
 
 
 def fit_backup_callbacks(backup_dir: str | os.PathLike, steps_per_epoch: int) -> list:
-    """Callbacks that make ``model.fit`` resumable after a kill (notebook 08).
+    """Callbacks that make ``model.fit`` resumable after a kill (notebook 08, cell ``backup-callback``).
 
     1. ``keras.callbacks.BackupAndRestore`` saving at the end of every epoch, with
        ``double_checkpoint=True``: Keras rewrites its backup file in place, so a kill during that

@@ -6,7 +6,8 @@ killed (SIGKILL: no exception, no ``finally``, no chance to save)::
     python -m helpers._programs.preemptible --mode custom --workdir /tmp/run --epochs 3
 
 ``--mode fit`` trains with ``model.fit`` and Keras' ``BackupAndRestore``; ``--mode custom`` with
-the custom loop of ``helpers.loops`` and a ``tf.train.CheckpointManager``. Run the same command
+notebook 08's restartable loop (``helpers._programs.resume_loop``: ``tf.train.CheckpointManager``,
+restore the latest, continue). Run the same command
 again after a kill and it continues from the last checkpoint; run it after it finished and it
 does nothing more.
 
@@ -66,6 +67,7 @@ MODES = ("fit", "custom")
 HOLD_WHERE = ("after-step", "before-commit")
 CRASH_IN = ("random", "shards", "merge", "commit", "rename", "sweep", "restate")  # save_faults
 LOG_NAME = "progress.jsonl"
+TRAIN_IMAGES = 8192  # Fashion-MNIST training images the runs draw their batches from
 
 
 @dataclass
@@ -216,7 +218,9 @@ def build(config: RunConfig, strategy):
     """
     import keras
 
-    images = data.load_images("digits")  # bundled with scikit-learn: never a download
+    # The first TRAIN_IMAGES of Fashion-MNIST: more than an epoch of the lesson's runs draws from,
+    # and each program (and each resumable_dataset) copies them once, so kept small.
+    images = data.load_images("fashion_mnist", max_train=TRAIN_IMAGES)
     with strategy.scope():
         model = models.build_classifier(images.image_shape, images.num_classes, seed=config.seed)
         optimizer = keras.optimizers.Adam(config.learning_rate)

@@ -1,7 +1,7 @@
 """The training program that notebook 08 kills: run only in a child process.
 
-``python -m helpers._programs.preemptible --mode custom --workdir DIR ...`` trains with the
-custom loop of :mod:`helpers.loops` and a ``tf.train.CheckpointManager`` (``--mode fit``: Keras
+``python -m helpers._programs.preemptible --mode custom --workdir DIR ...`` trains with
+notebook 08's restartable loop (:mod:`helpers._programs.resume_loop`, the lesson's cell) (``--mode fit``: Keras
 ``fit`` with ``BackupAndRestore``), resumes from the last checkpoint when started again, and logs
 every event to ``DIR/progress.jsonl``, flushed at once, so a SIGKILL loses nothing written. The
 parent side, and what each option means, is :mod:`helpers.preemption`.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import checkpoints, data, loops, processes, save_faults
+from helpers import checkpoints, data, processes, save_faults
 from helpers.checkpoints import CheckpointNotFoundError
 from helpers.preemption import (
     CRASH_IN,
@@ -29,7 +29,6 @@ from helpers.preemption import (
     MODES,
     RunConfig,
     build,
-    resumable_dataset,
     weights_digest,
 )
 from helpers.strategy import simulated_tpu
@@ -82,67 +81,72 @@ def cpu_strategy(replicas: int):
 
 
 def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) -> dict:
-    """The custom loop: resume from the latest checkpoint, train, checkpoint, log (notebook 08).
+    """The custom loop of notebook 08 (:func:`resume_loop.train_resumable`), with a log.
 
-    Can also run inside a notebook's process (without ``log``), which is how notebook 08 gets an
-    uninterrupted reference run to compare the resumed one with. Returns the final state.
+    First repairs what a kill inside a save left behind, then runs the lesson's loop, logging
+    each step, checkpoint and epoch end, and holding or crashing where ``config`` says. Can also
+    run inside a caller's process (without ``log``). Returns the final state.
     """
-    import tensorflow as tf
+    from helpers._programs.resume_loop import train_resumable
 
     log = log or NullLog()
     images, model, optimizer = build(config, strategy)
-    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")  # host-side counter
     ckpt_dir = Path(config.workdir) / "checkpoints"
     repaired = checkpoints.repair(ckpt_dir)  # what a kill inside a save left behind
     if repaired.changed:
         log.write("repair", dropped=repaired.dropped, removed=repaired.removed)
-    checkpoint, manager = checkpoints.make_checkpoint(
-        ckpt_dir, model=model, optimizer=optimizer, step=step
-    )
-    restored = checkpoints.resume(
-        checkpoint, ckpt_dir, require=config.require_checkpoint, log=lambda m: None
-    )
-    start = int(step.numpy())
-    log.write("start", mode="custom", resumed_from=restored, start_step=start)
-
-    dataset = resumable_dataset(
-        images.x_train,
-        images.y_train,
-        config.global_batch,
-        config.steps_per_epoch,
-        config.epochs,
-        first_step=start,
-        seed=config.seed,
-    )
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    train_steps = loops.make_train_steps(strategy, model, optimizer, config.global_batch)
     hold_commit = config.hold_where == "before-commit" and config.hold_at is not None
+    held = False
+    last_loss = [None]  # the loss of the latest step, for the epoch_end event
 
-    done = start
-    while done < config.total_steps:
-        # Never run past a checkpoint, an epoch end or the hold point inside one call.
-        boundaries = [config.save_interval, config.steps_per_epoch]
-        limit = min(b - done % b for b in boundaries)
-        if config.hold_at is not None and config.hold_at > done:
-            limit = min(limit, config.hold_at - done)
-        n = min(config.steps_per_call, limit, config.total_steps - done)
-        loss = float(train_steps(iterator, tf.constant(n)))
-        step.assign_add(n)
-        done += n
+    def hold_after(done):  # the after-step hold: once, at the first step at or past hold_at
+        nonlocal held
+        if config.hold_at is not None and done >= config.hold_at and not (hold_commit or held):
+            held = True
+            log.hold(config.hold_timeout, step=done, where="after-step")
+
+    def report(event, **values):
+        if event == "start":
+            log.write("start", mode="custom", **values)
+            return
+        done = values["step"]
+        last_loss[0] = values["loss"]
         time.sleep(config.step_delay)
         epoch = (done - 1) // config.steps_per_epoch
-        log.write("step", step=done, epoch=epoch, steps=n, loss=loss)
-        if done % config.save_interval == 0 or done == config.total_steps:
-            start = time.perf_counter()
-            path = save(manager, done, config, log, hold_commit)
-            seconds = round(time.perf_counter() - start, 4)
-            log.write("checkpoint", step=done, path=path, seconds=seconds)
+        log.write("step", epoch=epoch, **values)
+        saves = done % config.save_interval == 0 or done == config.total_steps
+        if saves:
+            return  # the epoch end and the hold come after the save, in logged_save
         if done % config.steps_per_epoch == 0:
-            log.write("epoch_end", epoch=epoch, step=done, loss=loss)
-        if config.hold_at == done and not hold_commit:
-            log.hold(config.hold_timeout, step=done, where="after-step")
+            log.write("epoch_end", epoch=epoch, step=done, loss=values["loss"])
+        hold_after(done)
+
+    def logged_save(manager, step):
+        start = time.perf_counter()
+        path = save(manager, step, config, log, hold_commit)
+        log.write("checkpoint", step=step, path=path, seconds=round(time.perf_counter() - start, 4))
+        if step % config.steps_per_epoch == 0:  # an epoch has finished once its save is done
+            epoch = (step - 1) // config.steps_per_epoch
+            log.write("epoch_end", epoch=epoch, step=step, loss=last_loss[0])
+        hold_after(step)
+
+    if config.require_checkpoint and checkpoints.latest_checkpoint(ckpt_dir) is None:
+        raise CheckpointNotFoundError(
+            f"no committed checkpoint in {ckpt_dir}, and this run was asked to continue one"
+        )
+    manager = train_resumable(
+        config,
+        model,
+        optimizer,
+        strategy,
+        ckpt_dir,
+        images.x_train,
+        images.y_train,
+        report=report,
+        save=logged_save,
+    )
     result = {
-        "step": int(step.numpy()),
+        "step": int(manager.checkpoint.step.numpy()),
         "optimizer_iterations": int(optimizer.iterations.numpy()),
         "digest": weights_digest(model),
         "checkpoint": manager.latest_checkpoint,
