@@ -106,18 +106,27 @@ def test_the_book_of_this_run_builds_and_passes_every_check_in_a_browser(tmp_pat
     assert counts["images"] >= 5 and counts["search_results"] >= 1
 
 
-def test_asides_and_guards_are_folded_on_the_page():
-    aside = {
-        "cell_type": "markdown",
-        "metadata": {"tags": ["aside"]},
-        "source": "## Aside: the simulated TPU\nSlow **here**.\n### Why\nShared cores.",
-    }
-    more = {"cell_type": "markdown", "metadata": {"tags": ["aside"]}, "source": "More."}
-    code = {"cell_type": "code", "metadata": {"tags": ["aside"]}, "source": "x", "outputs": []}
-    guard = {"cell_type": "code", "metadata": {"tags": ["guard"]}, "source": "y", "outputs": []}
-    for cell in (aside, more, code, guard):
-        build.fold_aside_or_guard(cell)
-    assert aside["source"].startswith('## Aside: the simulated TPU\n\n<details class="aside">')
-    assert "**Why**" in aside["source"] and aside["source"].rstrip().endswith("</details>")
-    assert "continued" in more["source"]
-    assert "hide-cell" in code["metadata"]["tags"] and "hide-input" in guard["metadata"]["tags"]
+def test_an_aside_is_one_fold_on_the_page_and_a_guard_folds_its_input():
+    def cell(kind, text, tags):
+        extra = {"outputs": []} if kind == "code" else {}
+        return {"cell_type": kind, "metadata": {"tags": tags}, "source": text, **extra}
+
+    cells = [
+        cell("code", "assert ok", ["guard"]),
+        cell(
+            "markdown",
+            "## Aside: the simulated TPU\nSlow **here**.\n### Why\nShared cores.",
+            ["aside"],
+        ),
+        cell("code", "print(1)", ["aside"]),
+        cell("markdown", "More.", ["aside"]),
+        cell("code", "plot()", ["aside"]),
+        cell("markdown", "## What to remember", []),
+    ]
+    folded = build.fold_asides_and_guards(cells)
+    sources = ["".join(c["source"]) for c in folded]
+    assert "hide-input" in folded[0]["metadata"]["tags"]
+    assert sources[1].startswith('## Aside: the simulated TPU\n\n<details class="aside">')
+    assert "**Why**" in sources[1] and "</details>" not in sources[1]
+    assert sources[5] == "</details>\n" and sources[6] == "## What to remember"
+    assert all("hide-cell" not in c["metadata"].get("tags", []) for c in folded)

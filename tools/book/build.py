@@ -35,7 +35,7 @@ from runner.folders import run_folder  # noqa: E402
 from book.pages import book_records, generated_pages  # noqa: E402
 from hardware import records as hardware_records  # noqa: E402
 
-__all__ = ["assemble", "book_notebook", "fold_aside_or_guard", "join_streams", "main"]
+__all__ = ["assemble", "book_notebook", "fold_asides_and_guards", "join_streams", "main"]
 
 BADGE = re.compile(r"\[!\[([^\]]+)\]\([^)]*\)\]\(([^)]+)\)")  # [![label](image)](target)
 
@@ -82,7 +82,7 @@ def book_notebook(nb: dict, hardware: str = "") -> dict:
                 cell["source"] += f"\nOn TPU hardware: {hardware} ([records](hardware.md)).\n"
         elif cell.get("id") == "navigation":
             _tag(cell, "remove-cell")
-        fold_aside_or_guard(cell)
+    nb["cells"] = fold_asides_and_guards(nb["cells"])
     return nb
 
 
@@ -92,32 +92,46 @@ def _tag(cell: dict, tag: str) -> None:
         tags.append(tag)
 
 
-def fold_aside_or_guard(cell: dict) -> None:
-    """Fold what CONTRIBUTING.md calls asides and guards: the page shows a toggle instead.
+def fold_asides_and_guards(cells: list[dict]) -> list[dict]:
+    """Fold what CONTRIBUTING.md calls asides and guards: the page shows one toggle for each.
 
-    An aside's code is folded whole by MyST-NB (``hide-cell``), a guard's input (``hide-input``);
-    an aside's prose goes into a ``<details>`` element below its heading. Subheadings inside it
-    become bold lines, since a section cannot start inside ``<details>``.
+    A guard's input is folded by MyST-NB (``hide-input``). An aside, from its ``## Aside``
+    heading to its last cell tagged ``aside``, goes into one ``<details>`` element opened below
+    the heading and closed by a cell of its own, so its prose, code and outputs open together.
+    The element stays inside the heading's section; subheadings in it become bold lines, since a
+    section cannot start inside ``<details>``.
     """
-    tags = cell.get("metadata", {}).get("tags", [])
-    if cell["cell_type"] == "code":
-        if "aside" in tags:
-            _tag(cell, "hide-cell")
-        elif "guard" in tags:
+    folded, open_aside = [], False
+    for cell in cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        text = _text(cell["source"])
+        starts = cell["cell_type"] == "markdown" and text.startswith("## Aside")
+        if open_aside and ("aside" not in tags or starts):
+            folded.append(_closing(len(folded)))
+            open_aside = False
+        if cell["cell_type"] == "code" and "guard" in tags and "aside" not in tags:
             _tag(cell, "hide-input")
-        return
-    if "aside" not in tags:
-        return
-    text = _text(cell["source"])
-    heading, body = "", text
-    if text.startswith("## "):
-        heading, _, body = text.partition("\n")
-        heading += "\n\n"
-    body = re.sub(r"^#{3,} (.*)$", r"**\1**", body.strip(), flags=re.MULTILINE)
-    if body:
-        summary = "Read the aside" if heading else "The aside, continued"
-        body = f'<details class="aside">\n<summary>{summary}</summary>\n\n{body}\n\n</details>\n'
-    cell["source"] = heading + body
+        if "aside" in tags and cell["cell_type"] == "markdown":
+            heading = ""
+            if starts:
+                heading, _, text = text.partition("\n")
+                heading += '\n\n<details class="aside">\n<summary>Read the aside</summary>\n\n'
+                open_aside = True
+            body = re.sub(r"^#{3,} (.*)$", r"**\1**", text.strip(), flags=re.MULTILINE)
+            cell["source"] = heading + body + "\n"
+        folded.append(cell)
+    if open_aside:
+        folded.append(_closing(len(folded)))
+    return folded
+
+
+def _closing(index: int) -> dict:
+    return {
+        "cell_type": "markdown",
+        "id": f"aside-end-{index}",
+        "metadata": {},
+        "source": "</details>\n",
+    }
 
 
 def assemble(run: Path, src: Path, records: list[dict] | None = None) -> tuple[int, bool]:
