@@ -142,3 +142,37 @@ def test_smoke_values_are_parameters_and_the_lesson_never_branches_on_the_mode(n
                 assert "SMOKE_TEST" not in names, (
                     f"{path.name}: a lesson cell branches on SMOKE_TEST"
                 )
+
+
+def _names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """Names a cell defines (assigned, imported, def, class) and names it reads."""
+    defined, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (defined if isinstance(node.ctx, ast.Store) else read).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return defined, read
+
+
+def test_nothing_after_an_aside_needs_its_code(notebook):
+    """A reader may skip a folded aside (Shift+Enter passes over it in JupyterLab): a name the
+    lesson reads later must not be defined only inside an aside."""
+    path, nb = notebook
+    outside, only_in_aside, needs = set(), set(), []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        text = "\n".join(
+            line for line in _source(cell).splitlines() if not line.lstrip().startswith(("%", "!"))
+        )
+        defined, read = _names(ast.parse(text))
+        if "aside" in cell["metadata"].get("tags", []):
+            only_in_aside |= defined - outside
+            continue
+        needs += sorted((read - defined) & only_in_aside)
+        outside |= defined
+        only_in_aside -= defined
+    assert not needs, f"{path.name}: cells after an aside read {needs}, defined only in the aside"

@@ -328,15 +328,15 @@ def fill_facts(text: str) -> str:
 
 
 # Asides and guards (CONTRIBUTING.md): an aside runs from a "## Aside" heading to the next heading
-# of level 1 or 2; JupyterLab stores a folded heading as jp-MarkdownHeadingCollapsed, and a hidden
-# input as jupyter.source_hidden. The book reads the tags (tools/book/build.py).
+# of level 1 or 2; JupyterLab stores a folded heading as jp-MarkdownHeadingCollapsed.
+# The book reads the tags (tools/book/build.py).
 ASIDE_HEADING = re.compile(r"^## Aside\b")
 SECTION_HEADING = re.compile(r"^#{1,2} ")
 ASIDE, GUARD, FOLDED = "aside", "guard", "jp-MarkdownHeadingCollapsed"
 
 
 def mark_asides_and_guards(cells: list[dict]) -> None:
-    """Tag each aside's cells ``aside`` and fold its heading; hide the input of ``guard`` cells."""
+    """Tag each aside's cells ``aside`` and fold its heading (the book also folds ``guard`` cells)."""
     inside = False
     for cell in cells:
         text, meta = source(cell), cell["metadata"]
@@ -353,7 +353,11 @@ def mark_asides_and_guards(cells: list[dict]) -> None:
         elif heading:
             meta.pop(FOLDED, None)
         if cell["cell_type"] == "code" and GUARD in tags:
-            meta["jupyter"] = {**meta.get("jupyter", {}), "source_hidden": True}
+            # Not folded in JupyterLab: Shift+Enter passes over a cell whose input is hidden,
+            # and a reader stepping through would leave the guard unrun (tests/test_browser_lab.py).
+            meta.get("jupyter", {}).pop("source_hidden", None)
+            if meta.get("jupyter") == {}:
+                del meta["jupyter"]
 
 
 def sync_notebook(
