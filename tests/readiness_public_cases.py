@@ -715,6 +715,20 @@ def _matches(finding, expect, severities) -> bool:
     )
 
 
+def traced_steps(report) -> dict:
+    """Whether a step was traced (or stopped where it would create variables), and the reasons
+    given for every step called untraceable (tests/test_readiness_corpus.py checks them)."""
+    stopped = any(
+        f.code in ("optimizer-not-built", "variable-in-step", "builds-in-step")
+        for f in report.findings
+    )
+    untraceable = [f.why for f in report.find("step-not-traceable")]
+    return {
+        "traced": "step trace" in report.checked or stopped or bool(untraceable),
+        "untraceable": untraceable,
+    }
+
+
 def score(case_spec: dict, strategy) -> dict:
     """Run one public case; what was caught, missed, falsely alarmed, and the notes' verdicts."""
     start = time.perf_counter()
@@ -741,6 +755,7 @@ def score(case_spec: dict, strategy) -> dict:
         "notes_missed": [n["code"] for n in notes if n["code"] not in notes_ok],
         "findings": [(f.code, f.severity, f.what) for f in report.findings],
         "seconds": round(time.perf_counter() - start, 1),
+        **traced_steps(report),
     }
 
 
