@@ -1058,3 +1058,39 @@ def test_html_labels_pass_wcag_aa_contrast_on_any_theme(digits):
     styles = re.findall(r'style="([^"]*)"', page)
     coloured = [s for s in styles if re.search(r"(^|;)color:", s)]
     assert coloured and all("background:" in s for s in coloured), coloured
+
+
+AXE = "build/axe/node_modules/axe-core/axe.min.js"  # npm install --prefix build/axe axe-core@4.14
+
+
+@pytest.mark.browser
+def test_html_report_passes_axe_core_contrast_in_light_and_dark_pages():
+    """axe-core's color-contrast rule in Chromium, on JupyterLab's light and dark backgrounds."""
+    import os
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    axe = Path(os.environ.get("AXE_CORE_JS", root / AXE))
+    if not axe.is_file():
+        pytest.skip(
+            f"axe-core is not installed: npm install --prefix build/axe axe-core@4.14 ({axe})"
+        )
+    sys.path.insert(0, str(root / "tools"))
+    from browser import launch
+
+    findings = [
+        readiness.Finding(c, c, "what", "where", "why", "fix") for c in readiness.SEVERITIES
+    ]
+    html = readiness.Report(findings, ["dataset"], ["x"])._repr_html_()
+    html += readiness.Report([], ["dataset"])._repr_html_()
+    themes = {"light": ("#ffffff", "rgba(0, 0, 0, 0.87)"), "dark": ("#111111", "#ffffff")}
+    with launch() as browser:
+        page = browser.new_page()
+        for theme, (background, colour) in themes.items():
+            body = f'<body style="background:{background};color:{colour}"><main>{html}</main>'
+            page.set_content(f'<html lang="en"><head><title>report</title></head>{body}</html>')
+            page.add_script_tag(path=str(axe))
+            found = page.evaluate("axe.run(document, {runOnly: ['color-contrast']})")
+            assert not found["violations"], (theme, found["violations"])
+            assert len(found["passes"][0]["nodes"]) >= 5, theme
