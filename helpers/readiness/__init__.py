@@ -108,6 +108,8 @@ What it cannot see
 - Bugs of your own step that trace and compile, such as a loss averaged over the per-replica
   batch: the ``replica-equivalence`` note says how to prove the step on real numbers.
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
+- Past the first variable a step would create: the trace stops there, so a step with four unbuilt
+  optimizers names the first, and the rest of that step is checked once they are built.
 - Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
 
 The modules: ``report`` (what a check returns: public); private, called only through

@@ -49,18 +49,11 @@ class Creation:
     obj: object = field(default=None, compare=False, repr=False)  # the owner itself
 
 
-# Methods that create variables: a failure inside one of them is a failure to create variables
-# (e.g. an optimizer made in a strategy's scope, built outside it: "Need to be inside ...").
+# Keras' methods that create variables: a failure inside one of them is a failure to create
+# variables (e.g. an optimizer made in a strategy's scope, built outside it: "Need to be inside
+# ..."). A failure elsewhere in a build() (a wrong shape) stays the step's own error.
 _CREATING = frozenset(
-    {
-        "__init__",
-        "build",
-        "add_variable",
-        "add_variable_from_reference",
-        "add_optimizer_variables",
-        "add_weight",
-        "_maybe_build",
-    }
+    {"add_variable", "add_variable_from_reference", "add_optimizer_variables", "add_weight"}
 )
 
 
