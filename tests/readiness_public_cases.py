@@ -554,6 +554,18 @@ class DCGAN(keras.Model):
         return {"d_loss": self.d_loss_metric.result(), "g_loss": self.g_loss_metric.result()}
 
 
+def _strided_leaky(conv, *filters):
+    """The example's blocks: conv(f, kernel_size=4, strides=2, padding="same") -> LeakyReLU(0.2)."""
+    return [
+        layer
+        for f in filters
+        for layer in (
+            conv(f, kernel_size=4, strides=2, padding="same"),
+            keras.layers.LeakyReLU(negative_slope=0.2),
+        )
+    ]
+
+
 @case
 def keras_io_dcgan_train_step(strategy):
     rng = np.random.default_rng(6)
@@ -564,12 +576,7 @@ def keras_io_dcgan_train_step(strategy):
         discriminator = keras.Sequential(
             [
                 keras.Input(shape=(64, 64, 3)),
-                keras.layers.Conv2D(64, kernel_size=4, strides=2, padding="same"),
-                keras.layers.LeakyReLU(negative_slope=0.2),
-                keras.layers.Conv2D(128, kernel_size=4, strides=2, padding="same"),
-                keras.layers.LeakyReLU(negative_slope=0.2),
-                keras.layers.Conv2D(128, kernel_size=4, strides=2, padding="same"),
-                keras.layers.LeakyReLU(negative_slope=0.2),
+                *_strided_leaky(keras.layers.Conv2D, 64, 128, 128),
                 keras.layers.Flatten(),
                 keras.layers.Dropout(0.2),
                 keras.layers.Dense(1, activation="sigmoid"),
@@ -581,12 +588,7 @@ def keras_io_dcgan_train_step(strategy):
                 keras.Input(shape=(latent_dim,)),
                 keras.layers.Dense(8 * 8 * 128),
                 keras.layers.Reshape((8, 8, 128)),
-                keras.layers.Conv2DTranspose(128, kernel_size=4, strides=2, padding="same"),
-                keras.layers.LeakyReLU(negative_slope=0.2),
-                keras.layers.Conv2DTranspose(256, kernel_size=4, strides=2, padding="same"),
-                keras.layers.LeakyReLU(negative_slope=0.2),
-                keras.layers.Conv2DTranspose(512, kernel_size=4, strides=2, padding="same"),
-                keras.layers.LeakyReLU(negative_slope=0.2),
+                *_strided_leaky(keras.layers.Conv2DTranspose, 128, 256, 512),
                 keras.layers.Conv2D(3, kernel_size=5, padding="same", activation="sigmoid"),
             ],
             name="generator",
