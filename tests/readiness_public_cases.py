@@ -467,6 +467,239 @@ def keras_io_efficientnet_tpu(strategy):
     return {"dataset": ds_train, "model": model, "strategy": strategy}
 
 
+# ------------------------------------------------------- keras-io examples/vision/mnist_convnet.py
+
+
+def keras_fit_dataset(x, y, batch_size, validation_split=0.0, shuffle=True):
+    """The dataset Keras' fit() builds itself from NumPy arrays (its own data adapter)."""
+    from keras.src.trainers.data_adapters import array_slicing, get_data_adapter
+
+    if validation_split:
+        (x, y), _ = array_slicing.train_validation_split((x, y), validation_split)
+    return get_data_adapter(x, y, batch_size=batch_size, shuffle=shuffle).get_tf_dataset()
+
+
+@case
+def keras_io_mnist_convnet_fit_arrays(strategy):
+    images, labels = _digits(
+        409
+    )  # 368 for training after validation_split=0.1, as 54,000 of 60,000
+    x_train = np.expand_dims(images[..., 0].astype("float32") / 255, -1)
+    y_train = keras.utils.to_categorical(labels, 10)
+    with strategy.scope():
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(28, 28, 1)),
+                keras.layers.Conv2D(32, kernel_size=(3, 3), activation="relu"),
+                keras.layers.MaxPooling2D(pool_size=(2, 2)),
+                keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu"),
+                keras.layers.MaxPooling2D(pool_size=(2, 2)),
+                keras.layers.Flatten(),
+                keras.layers.Dropout(0.5),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
+        model.compile(loss="categorical_crossentropy", optimizer="adam", metrics=["accuracy"])
+    dataset = keras_fit_dataset(x_train, y_train, batch_size=128, validation_split=0.1)
+    return {"dataset": dataset, "model": model, "strategy": strategy}
+
+
+# --------------------------------------- keras-io examples/generative/dcgan_overriding_train_step.py
+
+
+class DCGAN(keras.Model):
+    """The example's GAN: a model of two built models, trained by its own train_step."""
+
+    def __init__(self, discriminator, generator, latent_dim):
+        super().__init__()
+        self.discriminator = discriminator
+        self.generator = generator
+        self.latent_dim = latent_dim
+
+    def compile(self, d_optimizer, g_optimizer, loss_fn):
+        super().compile()
+        self.d_optimizer = d_optimizer
+        self.g_optimizer = g_optimizer
+        self.loss_fn = loss_fn
+        self.d_loss_metric = keras.metrics.Mean(name="d_loss")
+        self.g_loss_metric = keras.metrics.Mean(name="g_loss")
+
+    @property
+    def metrics(self):
+        return [self.d_loss_metric, self.g_loss_metric]
+
+    def train_step(self, real_images):
+        batch_size = tf.shape(real_images)[0]
+        random_latent_vectors = tf.random.normal(shape=(batch_size, self.latent_dim))
+        generated_images = self.generator(random_latent_vectors)
+        combined_images = tf.concat([generated_images, real_images], axis=0)
+        labels = tf.concat([tf.ones((batch_size, 1)), tf.zeros((batch_size, 1))], axis=0)
+        labels += 0.05 * tf.random.uniform(tf.shape(labels))
+        with tf.GradientTape() as tape:
+            predictions = self.discriminator(combined_images)
+            d_loss = self.loss_fn(labels, predictions)
+        grads = tape.gradient(d_loss, self.discriminator.trainable_weights)
+        self.d_optimizer.apply_gradients(
+            zip(grads, self.discriminator.trainable_weights, strict=True)
+        )
+        random_latent_vectors = tf.random.normal(shape=(batch_size, self.latent_dim))
+        misleading_labels = tf.zeros((batch_size, 1))
+        with tf.GradientTape() as tape:
+            predictions = self.discriminator(self.generator(random_latent_vectors))
+            g_loss = self.loss_fn(misleading_labels, predictions)
+        grads = tape.gradient(g_loss, self.generator.trainable_weights)
+        self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_weights, strict=True))
+        self.d_loss_metric.update_state(d_loss)
+        self.g_loss_metric.update_state(g_loss)
+        return {"d_loss": self.d_loss_metric.result(), "g_loss": self.g_loss_metric.result()}
+
+
+def _strided_leaky(conv, *filters):
+    """The example's blocks: conv(f, kernel_size=4, strides=2, padding="same") -> LeakyReLU(0.2)."""
+    return [
+        layer
+        for f in filters
+        for layer in (
+            conv(f, kernel_size=4, strides=2, padding="same"),
+            keras.layers.LeakyReLU(negative_slope=0.2),
+        )
+    ]
+
+
+@case
+def keras_io_dcgan_train_step(strategy):
+    rng = np.random.default_rng(6)
+    faces = rng.integers(0, 256, (71, 64, 64, 3)).astype("float32")  # 2 x 32 + 7, as CelebA's
+    dataset = tf.data.Dataset.from_tensor_slices(faces).batch(32).map(lambda x: x / 255.0)
+    latent_dim = 128
+    with strategy.scope():
+        discriminator = keras.Sequential(
+            [
+                keras.Input(shape=(64, 64, 3)),
+                *_strided_leaky(keras.layers.Conv2D, 64, 128, 128),
+                keras.layers.Flatten(),
+                keras.layers.Dropout(0.2),
+                keras.layers.Dense(1, activation="sigmoid"),
+            ],
+            name="discriminator",
+        )
+        generator = keras.Sequential(
+            [
+                keras.Input(shape=(latent_dim,)),
+                keras.layers.Dense(8 * 8 * 128),
+                keras.layers.Reshape((8, 8, 128)),
+                *_strided_leaky(keras.layers.Conv2DTranspose, 128, 256, 512),
+                keras.layers.Conv2D(3, kernel_size=5, padding="same", activation="sigmoid"),
+            ],
+            name="generator",
+        )
+        gan = DCGAN(discriminator=discriminator, generator=generator, latent_dim=latent_dim)
+        gan.compile(
+            d_optimizer=keras.optimizers.Adam(learning_rate=0.0001),
+            g_optimizer=keras.optimizers.Adam(learning_rate=0.0001),
+            loss_fn=keras.losses.BinaryCrossentropy(),
+        )
+    return {"dataset": dataset, "model": gan, "strategy": strategy}
+
+
+# ------------------------------------------------------- keras-io examples/generative/cyclegan.py
+
+
+class CycleGan(keras.Model):
+    """The example's CycleGAN: two generators and two discriminators, four optimizers."""
+
+    def __init__(self, generator_g, generator_f, discriminator_x, discriminator_y):
+        super().__init__()
+        self.gen_G, self.gen_F = generator_g, generator_f
+        self.disc_X, self.disc_Y = discriminator_x, discriminator_y
+        self.lambda_cycle, self.lambda_identity = 10.0, 0.5
+
+    def call(self, inputs):
+        return self.disc_X(inputs), self.disc_Y(inputs), self.gen_G(inputs), self.gen_F(inputs)
+
+    def compile(self, gen_g_optimizer, gen_f_optimizer, disc_x_optimizer, disc_y_optimizer):
+        super().compile()
+        self.gen_G_optimizer, self.gen_F_optimizer = gen_g_optimizer, gen_f_optimizer
+        self.disc_X_optimizer, self.disc_Y_optimizer = disc_x_optimizer, disc_y_optimizer
+        self.adversarial_loss_fn = keras.losses.MeanSquaredError()
+        self.cycle_loss_fn = keras.losses.MeanAbsoluteError()
+
+    def train_step(self, batch_data):
+        real_x, real_y = batch_data
+        with tf.GradientTape(persistent=True) as tape:
+            fake_y = self.gen_G(real_x, training=True)
+            fake_x = self.gen_F(real_y, training=True)
+            cycled_x = self.gen_F(fake_y, training=True)
+            cycled_y = self.gen_G(fake_x, training=True)
+            disc_fake_x = self.disc_X(fake_x, training=True)
+            disc_fake_y = self.disc_Y(fake_y, training=True)
+            disc_real_x = self.disc_X(real_x, training=True)
+            disc_real_y = self.disc_Y(real_y, training=True)
+            ones = tf.ones_like(disc_fake_y)
+            cycle = self.cycle_loss_fn(real_y, cycled_y) + self.cycle_loss_fn(real_x, cycled_x)
+            total_loss_g = self.adversarial_loss_fn(ones, disc_fake_y) + cycle * self.lambda_cycle
+            total_loss_f = self.adversarial_loss_fn(ones, disc_fake_x) + cycle * self.lambda_cycle
+            disc_x_loss = self.adversarial_loss_fn(ones, disc_real_x) + self.adversarial_loss_fn(
+                tf.zeros_like(disc_fake_x), disc_fake_x
+            )
+            disc_y_loss = self.adversarial_loss_fn(ones, disc_real_y) + self.adversarial_loss_fn(
+                tf.zeros_like(disc_fake_y), disc_fake_y
+            )
+        for loss, net, optimizer in (
+            (total_loss_g, self.gen_G, self.gen_G_optimizer),
+            (total_loss_f, self.gen_F, self.gen_F_optimizer),
+            (disc_x_loss, self.disc_X, self.disc_X_optimizer),
+            (disc_y_loss, self.disc_Y, self.disc_Y_optimizer),
+        ):
+            grads = tape.gradient(loss, net.trainable_variables)
+            optimizer.apply_gradients(zip(grads, net.trainable_variables, strict=True))
+        return {"G_loss": total_loss_g, "F_loss": total_loss_f}
+
+
+def _cyclegan_net(size, filters, name, generator):
+    inputs = keras.Input(shape=(size, size, 3), name=name + "_img_input")
+    x = keras.layers.Conv2D(filters, 4, strides=2, padding="same")(inputs)
+    x = keras.layers.GroupNormalization(groups=-1)(x)  # tfa's InstanceNormalization
+    x = keras.layers.LeakyReLU(negative_slope=0.2)(x)
+    if generator:
+        x = keras.layers.Conv2DTranspose(filters, 3, strides=2, padding="same")(x)
+        x = keras.layers.Activation("tanh")(keras.layers.Conv2D(3, 7, padding="same")(x))
+    else:
+        x = keras.layers.Conv2D(1, 4, padding="same")(x)
+    return keras.Model(inputs, x, name=name)
+
+
+@case
+def keras_io_cyclegan_zip(strategy):
+    rng = np.random.default_rng(7)
+    orig, size = 36, 32
+
+    def preprocess_train_image(img, label):
+        img = tf.image.random_flip_left_right(img)
+        img = tf.image.resize(img, [orig, orig])
+        img = tf.image.random_crop(img, size=[size, size, 3])
+        return (tf.cast(img, tf.float32) / 127.5) - 1.0
+
+    def domain(count):
+        images = rng.integers(0, 256, (count, 40, 40, 3), dtype=np.uint8)
+        ds = tf.data.Dataset.from_tensor_slices((images, np.zeros(count, np.int64)))
+        ds = ds.map(preprocess_train_image, num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.cache().shuffle(256).batch(1)
+
+    with strategy.scope():
+        gan = CycleGan(
+            _cyclegan_net(size, 64, "generator_G", True),
+            _cyclegan_net(size, 64, "generator_F", True),
+            _cyclegan_net(size, 64, "discriminator_X", False),
+            _cyclegan_net(size, 64, "discriminator_Y", False),
+        )
+        gan.compile(
+            *(keras.optimizers.Adam(learning_rate=2e-4, beta_1=0.5) for _ in range(4)),
+        )
+    dataset = tf.data.Dataset.zip((domain(12), domain(15)))
+    return {"dataset": dataset, "model": gan, "strategy": strategy}
+
+
 # ------------------------------------------------------------------------------ scoring
 
 
@@ -482,6 +715,20 @@ def _matches(finding, expect, severities) -> bool:
         and all(t.lower() in text for t in expect.get("text", ()))
         and not any(t.lower() in text for t in expect.get("absent", ()))
     )
+
+
+def traced_steps(report) -> dict:
+    """Whether a step was traced (or stopped where it would create variables), and the reasons
+    given for every step called untraceable (tests/test_readiness_corpus.py checks them)."""
+    stopped = any(
+        f.code in ("optimizer-not-built", "variable-in-step", "builds-in-step")
+        for f in report.findings
+    )
+    untraceable = [f.why for f in report.find("step-not-traceable")]
+    return {
+        "traced": "step trace" in report.checked or stopped or bool(untraceable),
+        "untraceable": untraceable,
+    }
 
 
 def score(case_spec: dict, strategy) -> dict:
@@ -510,6 +757,7 @@ def score(case_spec: dict, strategy) -> dict:
         "notes_missed": [n["code"] for n in notes if n["code"] not in notes_ok],
         "findings": [(f.code, f.severity, f.what) for f in report.findings],
         "seconds": round(time.perf_counter() - start, 1),
+        **traced_steps(report),
     }
 
 

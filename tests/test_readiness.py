@@ -302,6 +302,23 @@ def test_unbuilt_model_is_skipped_not_crashed():
     model = keras.Sequential([keras.layers.Dense(128), keras.layers.Dense(10)])
     report = readiness.check(spec_dataset(), model)
     assert any("not built" in s for s in report.skipped)
+    assert not model.built and "step-not-traceable" not in report.codes
+
+
+def test_built_parts_of_an_unbuilt_model_are_checked():
+    class Pair(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.encoder = mlp(keras.layers.Dense(130, name="wide"), 256, outputs=32)
+            self.head = keras.layers.Dense(10, name="head")  # not built
+
+        def call(self, x):
+            return self.head(self.encoder(x))
+
+    report = readiness.check(spec_dataset(), Pair(), replicas=8, compile_step=False)
+    assert any("built parts:" in c and "functional" in c for c in report.checked), report.checked
+    assert any("'head'" in s for s in report.skipped), report.skipped
+    assert any("layer 'wide'" in f.where for f in report.find("layer-tiles")), report.text()
 
 
 # ----------------------------------------------------------------------- ops XLA cannot compile
@@ -585,11 +602,88 @@ def test_unbuilt_optimizer_is_reported_and_left_unbuilt():
     one = readiness.check(spec_dataset(), model, step=step, replicas=1)
     assert one.find("optimizer-not-built")[0].severity == "note"
     # Plain SGD has no slot variables: unbuilt, it runs on 8 replicas (below), nothing to report;
-    # the step is not traced either, as tracing would build the optimizer.
+    # the step is traced (SGD creates nothing) and the optimizer is left unbuilt afterwards.
     optimizer = keras.optimizers.SGD(0.1)
     plain = readiness.check(spec_dataset(), model, step=step, replicas=2)
     assert plain.clean and "optimizer-not-built" not in plain.codes, plain.text()
-    assert any("build_optimizer" in reason for reason in plain.skipped) and not optimizer.built
+    assert "step trace" in plain.checked and not optimizer.built
+
+
+def adam_step(model, get_optimizer):
+    """A step whose optimizer is whatever ``get_optimizer()`` returns when traced."""
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        get_optimizer().apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    return step
+
+
+class Trainer:
+    """A trainer object holding its optimizer, as framework trainers do."""
+
+    def __init__(self, model):
+        self.model, self.state = model, type("State", (), {"optimizer": keras.optimizers.Adam()})
+
+    def train_step(self, inputs):
+        return adam_step(self.model, lambda: self.state.optimizer)(*inputs)
+
+
+def test_variables_a_step_would_create_are_found_however_it_reaches_them():
+    import functools
+
+    model = mlp(128)
+    trainer = Trainer(model)
+    helper = type("Helper", (), {})()
+    helper.opt = keras.optimizers.Adam(name="helper_adam")
+
+    def wrapped(x, y, optimizer):
+        return adam_step(model, lambda: optimizer)(x, y)
+
+    steps = {
+        "trainer attribute": (trainer.train_step, trainer.state.optimizer),
+        "wrapper passing an extra argument": (
+            functools.partial(wrapped, optimizer=(extra := keras.optimizers.Adam())),
+            extra,
+        ),
+        "closure over a helper object": (adam_step(model, lambda: helper.opt), helper.opt),
+    }
+    for how, (step, optimizer) in steps.items():
+        report = readiness.check(spec_dataset(), model, step=step, replicas=8)
+        found = report.find("optimizer-not-built")
+        assert len(found) == 1 and found[0].severity == "warning", (how, report.text())
+        assert optimizer.name in found[0].where and "optimizer.build" in found[0].fix, how
+        assert "step-not-traceable" not in report.codes and not optimizer.built, how
+
+    # A metric made inside the step: a new variable at every trace, an error with its source.
+    def new_metric(x, y):
+        metric = keras.metrics.Mean(name="made_in_step")
+        metric.update_state(x)
+        return metric.result()
+
+    (made,) = readiness.check(spec_dataset(), step=new_metric, replicas=8).find("variable-in-step")
+    assert made.severity == "error" and "made_in_step" in made.where and "guide" in made.why
+    # A layer built lazily by the step's first call: a note, and the layer is left unbuilt.
+    lazy = keras.layers.Dense(4, name="lazy_dense")
+    report = readiness.check(spec_dataset(), step=lambda x, y: lazy(x), replicas=8)
+    assert report.find("builds-in-step")[0].severity == "note" and not lazy.built
+    assert report.codes.isdisjoint(
+        {"step-not-traceable", "variable-in-step", "optimizer-not-built"}
+    )
+
+
+def test_a_model_with_its_own_train_step_is_traced_as_fit_runs_it():
+    model = readiness_public_cases.keras_io_dcgan_train_step(tf.distribute.get_strategy())["model"]
+    dataset = tf.data.Dataset.from_tensors(tf.zeros([64, 64, 64, 3])).prefetch(1)
+    report = readiness.check(dataset, model, replicas=8)
+    (finding,) = report.find("optimizer-not-built")
+    assert "train_step()" in finding.where and not model.d_optimizer.built, report.text()
+    # A model of built models: the parts are checked, and the report says which.
+    assert "model (built parts: 'discriminator', 'generator')" in report.checked
+    assert "tile padding" in report.checked
 
 
 def test_step_is_called_as_strategy_run_calls_it():
@@ -892,3 +986,111 @@ def test_a_clean_verdict_says_what_it_could_not_check(digits):
     assert "model" not in report.checked and report.skipped
     assert report.clean and "part(s) not checked, see report.skipped" in report.summary()
     assert "not checked:" in report._repr_html_() and "skipped:" in str(report)
+
+
+# ----------------------------------------------------------------------- batch sizes it reads
+
+
+def test_batch_size_is_read_through_zip_flat_map_and_keras_array_datasets():
+    images = tf.data.Dataset.from_tensor_slices(np.zeros([12, 4], np.float32))
+    noise = tf.data.Dataset.from_tensor_slices(np.zeros([15, 2], np.float32))
+    paired = tf.data.Dataset.zip((images.batch(1), noise.batch(1))).prefetch(1)
+    (split,) = readiness.check(paired, replicas=8).find("uneven-split")
+    assert "global batch 1 " in split.what and "zip(batch(1), batch(1))" in split.where
+    # The dataset Keras' fit() builds from NumPy arrays: batches sliced from indices.
+    x, y = np.zeros([100, 64], np.float32), np.zeros([100], np.int32)
+    fitted = readiness_public_cases.keras_fit_dataset(x, y, batch_size=32)
+    report = readiness.check(fitted, replicas=8)
+    assert report.stats["global_batch"] == 32, report.text()
+    (partial,) = report.find("dynamic-batch")
+    assert "batch of 4, not 32" in partial.what and partial.severity == "warning"
+    one = readiness.check(readiness_public_cases.keras_fit_dataset(x, y, batch_size=1), replicas=8)
+    assert one.find("uneven-split") and one.stats["global_batch"] == 1
+    nested = tf.data.Dataset.range(3).interleave(
+        lambda i: tf.data.Dataset.from_tensor_slices(tf.zeros([64, 4])).batch(12)
+    )
+    inner = readiness.check(nested, replicas=8)
+    assert inner.stats["global_batch"] == 12 and "uneven-split" in inner.codes, inner.text()
+    (partial,) = inner.find("dynamic-batch")  # each inner dataset ends with its own batch of 4
+    assert "interleave(<lambda>)" in partial.where or "interleave(" in partial.where
+
+
+def test_a_batch_it_cannot_read_is_named_in_skipped_and_can_be_passed():
+    ds = tf.data.Dataset.range(64).batch(4).unbatch().batch(2).unbatch().prefetch(1)
+    ds = tf.data.Dataset.range(8).map(lambda i: tf.zeros([i % 2 + 1, 3]))  # batch dim unknown
+    report = readiness.check(ds, replicas=8)
+    assert any("global_batch=" in s and "batch split" in s for s in report.skipped), report.skipped
+    given = readiness.check(ds, replicas=8, global_batch=1)
+    assert given.find("uneven-split") and given.stats["global_batch"] == 1
+    readable = tf.data.Dataset.range(64).batch(16)
+    with pytest.raises(ValueError, match="batches 16 examples, not 8"):
+        readiness.check(readable, replicas=8, global_batch=8)
+
+
+# ----------------------------------------------------------------------- the HTML's contrast
+
+
+def _luminance(colour: str) -> float:
+    """WCAG 2 relative luminance of ``#rrggbb``."""
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(a: str, b: str) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_html_labels_pass_wcag_aa_contrast_on_any_theme(digits):
+    import re
+
+    from helpers.readiness.report import LABEL_COLOURS
+
+    assert round(contrast("#ffffff", "#000000"), 1) == 21.0  # the formula's own check
+    for kind, (text, background) in LABEL_COLOURS.items():
+        assert contrast(text, background) >= 4.5, (kind, contrast(text, background))
+    x, y = digits
+    page = readiness.check(flat_dataset(x, y, 100), replicas=8)._repr_html_()
+    page += readiness.check(clean_dataset(digits), replicas=8)._repr_html_()
+    # Every text colour brings its own background: JupyterLab's light (#ffffff) and dark
+    # (#111111) themes and the book's page cannot lower the contrast.
+    styles = re.findall(r'style="([^"]*)"', page)
+    coloured = [s for s in styles if re.search(r"(^|;)color:", s)]
+    assert coloured and all("background:" in s for s in coloured), coloured
+
+
+AXE = "build/axe/node_modules/axe-core/axe.min.js"  # npm install --prefix build/axe axe-core@4.14
+
+
+@pytest.mark.browser
+def test_html_report_passes_axe_core_contrast_in_light_and_dark_pages():
+    """axe-core's color-contrast rule in Chromium, on JupyterLab's light and dark backgrounds."""
+    import os
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    axe = Path(os.environ.get("AXE_CORE_JS", root / AXE))
+    if not axe.is_file():
+        pytest.skip(
+            f"axe-core is not installed: npm install --prefix build/axe axe-core@4.14 ({axe})"
+        )
+    sys.path.insert(0, str(root / "tools"))
+    from browser import launch
+
+    findings = [
+        readiness.Finding(c, c, "what", "where", "why", "fix") for c in readiness.SEVERITIES
+    ]
+    html = readiness.Report(findings, ["dataset"], ["x"])._repr_html_()
+    html += readiness.Report([], ["dataset"])._repr_html_()
+    themes = {"light": ("#ffffff", "rgba(0, 0, 0, 0.87)"), "dark": ("#111111", "#ffffff")}
+    with launch() as browser:
+        page = browser.new_page()
+        for theme, (background, colour) in themes.items():
+            body = f'<body style="background:{background};color:{colour}"><main>{html}</main>'
+            page.set_content(f'<html lang="en"><head><title>report</title></head>{body}</html>')
+            page.add_script_tag(path=str(axe))
+            found = page.evaluate("axe.run(document, {runOnly: ['color-contrast']})")
+            assert not found["violations"], (theme, found["violations"])
+            assert len(found["passes"][0]["nodes"]) >= 5, theme

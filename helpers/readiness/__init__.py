@@ -24,9 +24,12 @@ What it checks (the finding codes)
 ----------------------------------
 dataset (from ``dataset.element_spec``, without reading any data)
     ``dynamic-batch``    batch dimension None (``batch()`` without ``drop_remainder``): the batch
-                         size is then read from the pipeline's batch op, and the sentence says
+                         size is then read from the pipeline's graph (its batch op, each ``zip``
+                         component, the datasets a ``flat_map``/``interleave`` builds, such as the
+                         one Keras' ``fit`` builds from NumPy arrays), and the sentence says
                          what the pipeline does (a note when it repeats before batching or the
-                         data divides; a warning when a pass ends with a partial batch)
+                         data divides; a warning when a pass ends with a partial batch). Where it
+                         cannot be read, ``skipped`` says so: pass ``global_batch=``
     ``dynamic-shape``    another dimension None, or unknown rank (every new shape recompiles)
     ``ragged-input`` / ``sparse-input`` / ``composite-input``  non-dense elements
     ``host-dtype``       strings, variants, complex128: types a TPU cannot hold
@@ -41,7 +44,8 @@ pipeline functions (the traced ``map``, ``filter``, ``flat_map``, ... functions,
                          (``Dataset.from_generator``) on the host: GIL-bound, the TPU waits
     ``constant-seed``    a stateless random op seeded by a constant: the same "random" values
                          for every element and epoch
-model
+model (a model of models that is not built itself, e.g. a GAN: its built parts, named in
+``checked``; the parts not built are named in ``skipped``)
     ``model-outside-scope``  weights or other model state not created under ``strategy.scope()``
     ``random-state-outside-scope``  note: only random layers' seed-generator state was made
                          outside it (not weights: training runs on every replica)
@@ -50,7 +54,9 @@ model
                          a warning only above one tile, when its padding is 10% or more of the
                          model's estimated matrix work; below one tile, a note (free capacity)
     ``tile-padding``     note: the model's overall padding estimate, when it is large
-step (yours, or the model's forward and backward pass), traced once, never run
+step (yours; else the model's own ``train_step`` when its class writes one, as fit() runs it;
+else the model's forward and backward pass), traced once, never run, under a variable creator
+scope that stops the trace where the step would create a variable (nothing is created or built)
     ``replica-equivalence``  note, for your own step: how to prove its loss scaling with
                          ``helpers.loops.check_replica_equivalence``
     ``step-not-traceable``  tracing fails, e.g. ``.numpy()`` on a tensor inside the step (the step
@@ -67,8 +73,12 @@ step (yours, or the model's forward and backward pass), traced once, never run
                          when it is on (the op runs on the host CPU, slowly)
     ``xla-compile-failed``  XLA cannot compile the step, e.g. a shape computed from values
     ``dynamic-shape-op``    an op with a data-dependent output size (``tf.unique``, ``tf.where``)
-    ``optimizer-not-built`` an optimizer the step uses would create slot variables on its
-                         first call (fails on MirroredStrategy with 2+ replicas)
+    ``optimizer-not-built`` an optimizer the step uses, however it reaches it (a closure, a
+                         trainer's attribute, an argument), would create slot variables on its
+                         first call (fails on MirroredStrategy with 2+ replicas); also when the
+                         trace fails while building it ("Need to be inside strategy.scope()")
+    ``variable-in-step``    error: the step makes a variable, metric or layer each time it runs
+    ``builds-in-step``      note: a layer or metric builds its variables on the step's first call
 strategy
     ``spe-unsupported``  warning: ``steps_per_execution > 1`` that the strategy you check with
                          cannot run (MirroredStrategy, e.g. the simulated TPU); not a TPU finding
@@ -98,11 +108,14 @@ What it cannot see
 - Bugs of your own step that trace and compile, such as a loss averaged over the per-replica
   batch: the ``replica-equivalence`` note says how to prove the step on real numbers.
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
+- Past the first variable a step would create: the trace stops there, so a step with four unbuilt
+  optimizers names the first, and the rest of that step is checked once they are built.
 - Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
 
 The modules: ``report`` (what a check returns: public); private, called only through
-:func:`check`: ``_inputs`` (dataset), ``_pipeline`` (its functions), ``_model``, ``_step``
-(tracing), ``_side_effects``, ``_seeds`` and ``_xla`` (what the traced step does);
+:func:`check`: ``_inputs`` (dataset), ``_batching`` (its batch size, from the pipeline's graph),
+``_pipeline`` (its functions), ``_model``, ``_step`` (tracing), ``_creation`` (what the step
+would create), ``_side_effects``, ``_seeds`` and ``_xla`` (what the traced step does);
 ``helpers.tpu_facts`` holds the numbers behind them. ``tests/test_readiness_corpus.py`` measures
 recall and false alarms on a corpus of planted problems and clean models (figures in the README),
 and on training setups reproduced from public TPU examples (TensorFlow's TPU guide and tutorials,
@@ -138,6 +151,7 @@ def check(
     compile_step: bool = True,
     input_context=None,
     step_args: str | None = None,
+    global_batch: int | None = None,
 ) -> Report:
     """Check a pipeline (and model, and step) for what would fail or be slow on a TPU.
 
@@ -161,6 +175,9 @@ def check(
             the global batch is that times ``input_context.num_replicas_in_sync``.
         step_args: ``"unpack"`` or ``"element"`` (:data:`STEP_ARGS`) to say how your
             ``strategy.run`` passes the batch, when the step's signature cannot tell.
+        global_batch: the global batch size, for a pipeline whose batch size the check cannot
+            read (``report.skipped`` says so): e.g. ``batch_size`` of ``fit(x, y, batch_size=)``
+            when you check a dataset built some other way. It must agree with what it can read.
 
     Returns a :class:`Report`. Taught in notebook 10; every notebook checks its own pipeline.
     """
@@ -195,7 +212,8 @@ def check(
         }
     )
     spec = dataset.element_spec
-    check_dataset(dataset, spec, replicas, report, per_replica)
+    given = _dataset_batch(global_batch, replicas, per_replica)
+    check_dataset(dataset, spec, replicas, report, per_replica, given)
     check_pipeline(dataset, report)
     if model is not None:
         check_model(model, strategy if strategy_given else None, report)
@@ -241,6 +259,20 @@ def _replica_count(strategy, strategy_given: bool, replicas, input_context) -> i
         if other != count:
             raise ValueError(f"{who} disagrees with {first}, which has {count}; pass one of them")
     return count
+
+
+def _dataset_batch(global_batch, replicas: int, per_replica: bool) -> int | None:
+    """``global_batch`` in the dataset's own units: per replica for a ``dataset_fn``'s dataset."""
+    if global_batch is None:
+        return None
+    global_batch = _positive_int("global_batch", global_batch)
+    if not per_replica:
+        return global_batch
+    if global_batch % replicas:
+        raise ValueError(
+            f"global_batch={global_batch} does not split over input_context's {replicas} replicas"
+        )
+    return global_batch // replicas
 
 
 def _steps_per_execution(model, value) -> int | None:

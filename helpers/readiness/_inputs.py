@@ -1,14 +1,16 @@
 """Checks of the input pipeline, read from ``dataset.element_spec`` without pulling any data.
 
-When the spec's batch dimension is None, the batch size comes from the pipeline's batch op
-(``_pipeline.batching``) and the split, tile and small-batch checks run on it. The batch itself is
+When the spec's batch dimension is None, the batch size comes from the pipeline's graph
+(``_batching.read_batching``: its batch op, each ``zip`` component, the datasets a ``flat_map``
+builds) or from the ``global_batch`` the user passes, and the split, tile and small-batch checks
+run on it; when neither says it, ``skipped`` names the checks left out. The batch itself is
 described by :class:`helpers.batches.BatchPlan` (notebook 03), rendered here, never recomputed.
 """
 
 from __future__ import annotations
 
 from helpers.batches import BatchPlan, per_replica_batch, plan_batch
-from helpers.readiness._pipeline import Batching, batching
+from helpers.readiness._batching import Batching, read_batching
 from helpers.readiness.report import Finding, Report
 from helpers.tpu_facts import BATCH_FOR_MXU, FLOAT64_WHY, HOST_ONLY_DTYPES, TILE_ROWS
 
@@ -43,8 +45,13 @@ def kind_of(spec) -> str:
     return "other"
 
 
-def check_dataset(dataset, spec, replicas: int, report: Report, per_replica: bool = False) -> None:
+def check_dataset(
+    dataset, spec, replicas: int, report: Report, per_replica: bool = False, given_batch=None
+) -> None:
     """Shapes, dtypes, the batch and prefetch. ``per_replica``: batches come from a ``dataset_fn``.
+
+    ``given_batch``: the dataset's batch size as the user states it (``check(global_batch=)``),
+    used where the pipeline does not say it.
 
     Part of the readiness check, notebook 10.
     """
@@ -116,13 +123,27 @@ def check_dataset(dataset, spec, replicas: int, report: Report, per_replica: boo
             )
         )
     batch = batch_sizes.pop() if len(batch_sizes) == 1 and not dynamic_batch else None
+    source = ""
     if dynamic_batch:
-        info = batching(dataset)
+        found = read_batching(dataset)
+        info = found if isinstance(found, Batching) else None
         report.findings.append(_dynamic_batch(info, dynamic_batch, replicas, per_replica))
         batch = info.size if info is not None else None
+        source = f" (read from the pipeline's {info.op}: the spec says None)" if info else ""
         report.stats["batch_from_pipeline"] = batch
+        if info is None:
+            why = found or "the pipeline has no batch op"
+            batch, source = _given(given_batch, why, replicas, report)
+    elif len(batch_sizes) > 1:
+        why = f"the element's tensors have batch sizes {sorted(batch_sizes)}"
+        batch, source = _given(given_batch, why, replicas, report)
+    if batch is not None and given_batch is not None and batch != given_batch:
+        raise ValueError(
+            f"global_batch: the pipeline batches {batch} examples"
+            f"{' per replica' if per_replica else ''}, not {given_batch}; pass the size it yields"
+        )
     if batch is not None:
-        _check_batch(batch, replicas, report, per_replica, read_from_graph=bool(dynamic_batch))
+        _check_batch(batch, replicas, report, per_replica, source)
     if not _ends_with_prefetch(dataset):
         report.findings.append(
             Finding(
@@ -252,6 +273,8 @@ def _dynamic_batch(info: Batching | None, paths, replicas: int, per_replica: boo
         detail = (
             f"{info.elements} elements in batches of {b}: {info.elements // b} full, then one of "
             f"{remainder}"
+            if info.elements is not None
+            else f"{op} yields batches of {b}, then one of {remainder}"
         )
         if not per_replica and replicas > 1:
             detail += f", split {_shares(remainder, replicas)}"
@@ -275,11 +298,19 @@ def _dynamic_batch(info: Batching | None, paths, replicas: int, per_replica: boo
     )
 
 
-def _check_batch(
-    batch: int, replicas: int, report: Report, per_replica: bool, read_from_graph: bool = False
-) -> None:
+def _given(given_batch, why: str, replicas: int, report: Report) -> tuple[int | None, str]:
+    """The batch the user passed where the pipeline does not say it, or a skipped entry."""
+    if given_batch is not None:
+        return given_batch, f" (global_batch={given_batch}: {why})"
+    report.skipped.append(
+        f"the batch split over {replicas} replica(s), tile and small-batch checks: {why}, so the "
+        "batch size could not be read; pass global_batch= (the size you batch with) to check them"
+    )
+    return None, ""
+
+
+def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool, source: str) -> None:
     report.checked.append("per-replica batch" if per_replica else "batch split")
-    source = " (read from the pipeline: the spec says None)" if read_from_graph else ""
     if per_replica:  # a dataset_fn's batch is one replica's: nothing to split
         global_batch = batch * replicas
         where = f"dataset_fn, per-replica batch {batch}{source} x {replicas} replicas"

@@ -20,10 +20,19 @@ def check_model(model, strategy, report: Report) -> None:
 
     Part of the readiness check, notebook 10.
     """
-    if not getattr(model, "built", True) or not model.weights:
+    if not model.weights:
         report.skipped.append("model checks: the model is not built (call it once or use Input)")
         return
-    report.checked.append("model")  # only once there is a built model to check
+    if getattr(model, "built", True):
+        report.checked.append("model")  # only once there is a built model to check
+    else:  # a model of models: its built parts hold weights and are checked
+        built, unbuilt = _parts(model)
+        report.checked.append(f"model (built parts: {', '.join(built)})")
+        if unbuilt:
+            report.skipped.append(
+                f"model checks of the unbuilt parts of '{model.name}': {', '.join(unbuilt)} "
+                "(call the model once or build them)"
+            )
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         _check_scope(model, strategy, report)
     doubles = [v.path for v in model.weights if _dtype_name(v) == "float64"]
@@ -57,6 +66,14 @@ def check_model(model, strategy, report: Report) -> None:
             )
         )
     _check_tiles(model, report)
+
+
+def _parts(model) -> tuple[list[str], list[str]]:
+    """The direct sub-layers of an unbuilt model, built (with weights) and not built."""
+    children = list(getattr(model, "_layers", None) or [])
+    built = [f"'{c.name}'" for c in children if getattr(c, "built", False) and c.weights]
+    unbuilt = [f"'{c.name}'" for c in children if not getattr(c, "built", False)]
+    return built, unbuilt
 
 
 def _dtype_name(variable) -> str:
@@ -141,9 +158,20 @@ def _check_scope(model, strategy, report: Report) -> None:
 
 
 def _all_layers(model) -> list:
-    """Every layer in the model, nested models included, in order."""
-    flatten = getattr(model, "_flatten_layers", None)  # private, but it sees nested models
-    return list(flatten(include_self=False)) if flatten else list(getattr(model, "layers", []))
+    """Every layer in the model, nested models included, in order (depth first).
+
+    Keras' own ``_flatten_layers`` lists a nested model's layers in reverse order."""
+    found, seen = [], set()
+
+    def walk(layer):
+        for child in getattr(layer, "_layers", None) or []:  # private, but it sees nested models
+            if id(child) not in seen:
+                seen.add(id(child))
+                found.append(child)
+                walk(child)
+
+    walk(model)
+    return found
 
 
 def _matmul_layers(model) -> list[tuple]:

@@ -10,79 +10,17 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass
 
+from helpers.readiness._batching import transformation_kind
 from helpers.readiness._seeds import add_constant_seeds, constant_seed_ops
 from helpers.readiness._xla import PYTHON_OPS, graph_nodes
 from helpers.readiness.report import Finding, Report
 
-__all__ = ["Batching", "batching", "check_pipeline"]
+__all__ = ["check_pipeline"]
 
 # TensorFlow is imported inside the functions that need it (here and in every module of the
 # check): ``import helpers.readiness`` must not import TensorFlow before the setup cell's
 # ``quiet.quiet_tensorflow()`` has set its logging.
-
-_BATCH_KINDS = ("_BatchDataset", "_ParallelBatchDataset", "_PaddedBatchDataset")
-
-
-@dataclass(frozen=True)
-class Batching:
-    """The pipeline's last batch op, read from its graph: what the element spec cannot say.
-
-    ``elements`` is the number of elements that reach the batch op per pass: a count, ``None``
-    when tf.data cannot tell (a ``filter``, files), ``-1`` when the input repeats forever.
-    ``repeat_after`` is True when a ``repeat()`` follows the batch op (each pass ends with its
-    own partial batch).
-
-    Part of the readiness check, notebook 10.
-    """
-
-    size: int
-    drop_remainder: bool
-    elements: int | None
-    repeat_after: bool
-    op: str
-
-    @property
-    def repeats_before(self) -> bool:
-        return self.elements == -1
-
-    @property
-    def remainder(self) -> int | None:
-        """Examples in the last, partial batch of a pass (0: none); None when it cannot be told."""
-        if self.drop_remainder or self.repeats_before:
-            return 0
-        return None if self.elements is None else self.elements % self.size
-
-
-def _input_of(ds):
-    inputs = list(getattr(ds, "_inputs", list)())
-    return inputs[0] if len(inputs) == 1 else None
-
-
-def batching(dataset) -> Batching | None:
-    """The last batch op of ``dataset`` (tf.data's private but long-stable dataset links), or None.
-
-    Part of the readiness check, notebook 10.
-    """
-    import tensorflow as tf
-
-    repeat_after, ds = False, dataset
-    while ds is not None and type(ds).__name__ not in _BATCH_KINDS:
-        repeat_after = repeat_after or type(ds).__name__ == "_RepeatDataset"
-        ds = _input_of(ds)
-    if ds is None or not tf.executing_eagerly():
-        return None
-    try:
-        size = int(ds._batch_size)
-        drop = bool(ds._drop_remainder)
-        count = int(ds._input_dataset.cardinality())
-    except (AttributeError, TypeError, ValueError):
-        return None
-    elements = {int(tf.data.INFINITE_CARDINALITY): -1, int(tf.data.UNKNOWN_CARDINALITY): None}
-    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(ds).__name__.strip("_")).lower()
-    op = f"{kind.removesuffix('_dataset').removeprefix('parallel_')}({size})"
-    return Batching(size, drop, elements.get(count, count), repeat_after, op)
 
 
 def _datasets(dataset):
@@ -99,8 +37,7 @@ def _datasets(dataset):
 
 def _transformation(ds, function_name: str) -> str:
     """``dataset.map(parse)`` from a dataset object and its traced function's name."""
-    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(ds).__name__.strip("_")).lower()
-    kind = kind.removesuffix("_dataset").removeprefix("parallel_")
+    kind = transformation_kind(ds)
     name = re.sub(rf"^__inference_Dataset_{kind}_|_\d+$", "", function_name)
     return f"dataset.{kind}({name})"
 

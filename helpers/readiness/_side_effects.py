@@ -25,36 +25,19 @@ __all__ = [
 # Keras is imported inside the functions: see _pipeline.
 
 
-def unbuilt_optimizers(fn) -> dict[str, bool]:
-    """The Keras optimizers the step refers to that are not built yet: name -> has slots.
+def unbuilt_optimizers(fn) -> list:
+    """The unbuilt Keras optimizers the step's code names (closures, globals, ``self``).
 
-    Tracing the step would build them, outside the user's strategy scope, so the check does not
-    trace such a step. Only optimizers with slots fail inside ``strategy.run``: plain SGD (no
-    momentum) creates none on its first ``apply_gradients`` and runs unbuilt on 8 replicas
-    (notebook 10).
+    Tracing builds one without slots (plain SGD) without creating a variable; the check marks
+    them unbuilt again afterwards, so that it changes nothing of the user's (notebook 10).
     """
     import keras
 
-    return {
-        name: _has_slots(value)
-        for name, value in Watch(fn).values().items()
+    return [
+        value
+        for value in Watch(fn).values().values()
         if isinstance(value, keras.optimizers.Optimizer) and not value.built
-    }
-
-
-def _has_slots(optimizer) -> bool:
-    """True when building a copy of ``optimizer`` for one variable creates variables for it."""
-    import keras
-
-    try:
-        counts = []
-        for variables in ([], [keras.Variable([0.0, 0.0], name="probe")]):
-            copy = type(optimizer).from_config(optimizer.get_config())
-            copy.build(variables)
-            counts.append(len(copy.variables))
-    except Exception:  # an optimizer that cannot be copied: assume it has slots, as most do
-        return True
-    return counts[1] > counts[0]
+    ]
 
 
 # What a traced step may change in Python without anyone noticing: closure variables, globals and

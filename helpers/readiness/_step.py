@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import re
 
+from helpers.readiness._creation import creation_finding, creation_in, stop_at_creation
 from helpers.readiness._inputs import components, kind_of
 from helpers.readiness._seeds import add_constant_seeds, constant_seed_ops
 from helpers.readiness._side_effects import (
@@ -104,10 +105,21 @@ def _step_inputs(spec, model, step, step_args=None):
         if isinstance(found, str):
             return fn, found, _describe_function(step)
         return fn, found[0], _describe_function(step)
+    if _overrides_train_step(model):  # fit() runs the model's own train_step(data)
+        fn = model.train_step
+        return fn, (spec,), f"model '{model.name}'.train_step(), the step fit() runs"
     x = spec[0] if isinstance(spec, tuple) else spec
     if isinstance(x, dict):  # Keras ignores extra keys; leave out what only the host can hold
         x = {k: v for k, v in x.items() if _feedable(v)}
     return _forward_backward(model), (x,), f"the forward and backward pass of model '{model.name}'"
+
+
+def _overrides_train_step(model) -> bool:
+    """True for a Keras model whose class writes its own ``train_step`` (GANs, trainers)."""
+    import keras
+
+    base = getattr(keras.Model, "train_step", None)
+    return base is not None and getattr(type(model), "train_step", base) is not base
 
 
 def _forward_backward(model):
@@ -169,34 +181,34 @@ def check_step(
             f"tracing {where}: its inputs include non-dense or host-only tensors (see above)"
         )
         return
-    unbuilt = unbuilt_optimizers(fn)
-    with_slots = [name for name, slots in unbuilt.items() if slots]
-    if with_slots:
-        report.findings.append(_optimizer_not_built(where, with_slots, replicas, strategy_kind))
-    if unbuilt:  # tracing would build it, outside the strategy's scope
-        report.skipped.append(
-            f"tracing {where}: its optimizer is not built yet and tracing would build it; build "
-            "it first (helpers.loops.build_optimizer) to have the step traced"
-        )
-        return
     split = 1 if per_replica else replicas
     compile_args = _per_replica(args, split, stand_in=True)
     trace_args = compile_args or _per_replica(args, split, stand_in=False)
     # Traced with flat arguments: experimental_get_compiler_ir only takes a flat list of specs.
     flat_specs = tf.nest.flatten(trace_args)
+    created: list = []
 
-    def flat_step(*flat):
-        return fn(*tf.nest.pack_sequence_as(trace_args, list(flat)))
+    def flat_step(*flat):  # its name is _creation.TRACED
+        with stop_at_creation(created):
+            return fn(*tf.nest.pack_sequence_as(trace_args, list(flat)))
 
     jit = tf.function(flat_step, jit_compile=True)
     soft = soft_placement_when_traced()
-    watch = Watch(fn)
+    watch, unbuilt = Watch(fn), unbuilt_optimizers(fn)
     with capture_print() as printed:
         try:
             concrete = jit.get_concrete_function(*flat_specs)
         except Exception as err:  # any failure here is the user's step failing to trace
-            _add_trace_error(report, where, err)
-            return
+            created.append(creation_in(err) if not created else None)
+            if created[0] is None:  # not while creating variables: the step itself fails
+                _add_trace_error(report, where, err)
+                return
+        finally:
+            for optimizer in unbuilt:
+                optimizer.built = False  # built without variables (plain SGD): leave it as it was
+    if created:
+        _add_creation(report, created[0], model, step, where, replicas, strategy_kind)
+        return
     report.checked.append("step trace")
     add_side_effects(report, where, printed, watch.changed(), frozen_random(fn))
     seeded = constant_seed_ops(concrete.graph.as_graph_def())
@@ -214,32 +226,20 @@ def check_step(
         add_value_shape_ops(report, where, value_shape, explained)
 
 
-def _optimizer_not_built(where: str, unbuilt: list[str], replicas: int, kind: str) -> Finding:
-    if replicas == 1:
-        severity, outcome = "note", "With one replica the first call builds them without trouble."
-    elif kind == "tpu":
-        severity = "warning"
-        outcome = (
-            "On MirroredStrategy with 2 or more replicas that first call fails (seen with Keras "
-            "3.15); whether TPUStrategy fails the same way is unverified on hardware."
+def _add_creation(report: Report, creation, model, step, where: str, replicas, kind) -> None:
+    """Report what the trace would have created; what fit() builds itself is no finding."""
+    fit_builds = step is None and (
+        creation.kind == "lazy" or creation.obj is getattr(model, "optimizer", None)
+    )
+    if fit_builds:  # fit() builds the model, its metrics and model.optimizer, in the scope
+        report.skipped.append(
+            f"tracing {where}: it would build {creation.owner}, which fit() builds itself; "
+            "build the model (call it once or use keras.Input) and its optimizer to have it traced"
         )
-    else:
-        severity = "warning"
-        outcome = (
-            f"On the strategy you are checking with ({replicas} replicas, MirroredStrategy or "
-            "alike) that first call inside strategy.run fails (seen with Keras 3.15). That is a "
-            "property of this strategy; on TPUStrategy it is unverified on hardware."
-        )
-    return Finding(
-        "optimizer-not-built",
-        severity,
-        "the step uses an optimizer whose slot variables do not exist yet",
-        f"{where}; optimizer {', '.join(repr(name) for name in unbuilt)}",
-        "Keras 3 optimizers with slots (Adam, SGD with momentum, ...) create them on the first "
-        f"apply_gradients. {outcome} The check does not trace the step, so that it does not "
-        "build the optimizer for you.",
-        "with strategy.scope(): optimizer.build(model.trainable_variables) before training "
-        "(helpers.loops.build_optimizer).",
+        return
+    report.findings.append(creation_finding(creation, where, replicas, kind))
+    report.skipped.append(
+        f"tracing {where} past the point where it would create {creation.owner}'s variables"
     )
 
 

@@ -12,9 +12,20 @@ from dataclasses import dataclass, field
 
 from helpers import results
 
-__all__ = ["SEVERITIES", "Finding", "NotReady", "Report"]
+__all__ = ["LABEL_COLOURS", "SEVERITIES", "Finding", "NotReady", "Report"]
 
 SEVERITIES = ("error", "warning", "note")  # error: fails on a TPU; warning: slow or wrong; note
+
+# The HTML table's coloured labels, as (text, background) pairs: each label brings its own
+# background, so its contrast does not depend on the notebook's theme (JupyterLab's light and dark
+# themes, the book's pages). Every pair is at least 4.5:1, WCAG AA for normal text
+# (tests/test_readiness.py computes the ratios).
+LABEL_COLOURS = {
+    "error": ("#ffffff", "#b3261e"),
+    "warning": ("#ffffff", "#8a4600"),
+    "note": ("#ffffff", "#5f6368"),
+    "clean": ("#ffffff", "#137333"),
+}
 
 
 @dataclass(frozen=True)
@@ -122,13 +133,11 @@ class Report:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        colour = {"error": "#c5221f", "warning": "#e37400", "note": "#5f6368"}
         head = html.escape(self.summary())
         if self.clean and not self.skipped:
-            return f'<div style="color:#188038;font-weight:bold">{head}</div>'
+            return f"<div>{_label('clean', head)}</div>"
         rows = "".join(
-            f"<tr><td>{i}</td>"
-            f'<td style="color:{colour[f.severity]};font-weight:bold">{f.severity}</td>'
+            f"<tr><td>{i}</td><td>{_label(f.severity, f.severity)}</td>"
             + "".join(
                 f'<td style="text-align:left">{html.escape(v)}</td>'
                 for v in (f.what, f.where, f.why, f.fix)
@@ -145,3 +154,12 @@ class Report:
         )
         not_checked = f"<small>not checked:<ul>{skipped}</ul></small>" if skipped else ""
         return f"<div><b>{head}</b>{table}{not_checked}</div>"
+
+
+def _label(kind: str, text: str) -> str:
+    """A bold label in its own colours (:data:`LABEL_COLOURS`), readable on any theme."""
+    colour, background = LABEL_COLOURS[kind]
+    return (
+        f'<span style="color:{colour};background:{background};font-weight:bold;'
+        f'padding:0 0.3em;border-radius:3px">{text}</span>'
+    )
