@@ -19,14 +19,12 @@ __all__ = [
     "HOST_ONLY_DTYPES",
     "TILE_COLS",
     "TILE_ROWS",
-    "WASTE_WARNING",
     "generation_of",
     "round_up",
 ]
 
 TILE_ROWS = 8  # the TPU pads the second-to-last dimension of an array to 8 (sublanes) ...
 TILE_COLS = 128  # ... and the last one to 128 (lanes): the 8 x 128 layout of TPU memory
-WASTE_WARNING = 0.10  # a chosen size that pads away 10% or more of its work is worth a warning
 # The per-replica batch the Cloud TPU performance guide recommends: a multiple of 128 fills a
 # 128 x 128 matrix unit (MXU). A v6e's MXUs are 256 x 256 (``Generation.mxu_size``), so there a
 # multiple of 256 fills them: that follows from the size, no guide says it (unverified on hardware).

@@ -8,7 +8,11 @@ from __future__ import annotations
 import math
 
 from helpers.readiness.report import Finding, Report
-from helpers.tpu_facts import FLOAT64_WHY, TILE_COLS, WASTE_WARNING, round_up
+from helpers.tpu_facts import FLOAT64_WHY, TILE_COLS, round_up
+
+# The check's own policy, not a hardware fact: a layer that pads away this share of its work or
+# more is worth a warning (less is a note).
+PADDING_WARNING_SHARE = 0.10
 
 __all__ = ["check_model"]
 
@@ -216,7 +220,7 @@ def _check_tiles(model, report: Report) -> None:
         # The last layer's width is the number of outputs: set by the task, never reported.
         up, down = round_up(n, TILE_COLS), n // TILE_COLS * TILE_COLS
         waste = 1 - n / up
-        if waste < WASTE_WARNING:
+        if waste < PADDING_WARNING_SHARE:
             continue
         # Below one tile, the layer already costs the least it can (one tile): its padding is
         # free capacity, not lost time. Above, the padded columns are time the model pays for;
@@ -225,7 +229,7 @@ def _check_tiles(model, report: Report) -> None:
         report.findings.append(_layer_tiles(model, layer, word, n, waste, share))
     overall = 1 - useful / padded
     report.stats["tile_padding"] = round(overall, 4)
-    if overall >= WASTE_WARNING:
+    if overall >= PADDING_WARNING_SHARE:
         first, last = layers[0], layers[-1]
         report.findings.append(
             Finding(
@@ -262,7 +266,7 @@ def _layer_tiles(model, layer, word: str, n: int, waste: float, share: float) ->
         )
     return Finding(
         "layer-tiles",
-        "warning" if share >= WASTE_WARNING else "note",
+        "warning" if share >= PADDING_WARNING_SHARE else "note",
         what,
         where,
         f"The matrix units are {TILE_COLS} wide: {n} {word} are padded to {up}, so about "

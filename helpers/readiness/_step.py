@@ -25,7 +25,9 @@ from helpers.readiness._xla import (
     soft_placement_when_traced,
 )
 from helpers.readiness.report import Finding, Report
-from helpers.tpu_facts import HOST_ONLY_DTYPES, TILE_ROWS
+from helpers.tpu_facts import HOST_ONLY_DTYPES
+
+STAND_IN_BATCH = 8  # the batch a step is traced with when its own is unknown: any number will do
 
 __all__ = ["STEP_ARGS", "check_step"]
 
@@ -48,7 +50,7 @@ def _per_replica(spec, replicas: int, stand_in: bool):
         if dims[0] is not None and dims[0] % replicas == 0:
             dims[0] //= replicas
         elif dims[0] is None and stand_in:
-            dims[0] = TILE_ROWS  # a stand-in batch: XLA needs a number, any one will do
+            dims[0] = STAND_IN_BATCH  # XLA needs a number
         return tf.TensorSpec(dims, leaf.dtype, leaf.name)
 
     converted = tf.nest.map_structure(one, spec)
