@@ -34,9 +34,9 @@ html_css_files = ["book.css"]
 html_sourcelink_suffix = ""  # the download button serves the executed .ipynb itself
 # Without a default mode the theme logs "Got invalid theme mode" (a console error) on a first visit.
 html_context = {"default_mode": "auto"}
+# The repository button's address and branch come from pyproject.toml's repository setting:
+# tools/book/build.py passes them (sphinx -D html_theme_options.repository_url=...).
 html_theme_options = {
-    "repository_url": "https://github.com/tpu-field-guide/tpu-field-guide",
-    "repository_branch": "main",
     "use_repository_button": True,
     "use_download_button": True,
     "home_page_in_toc": True,

@@ -28,6 +28,8 @@ from helpers.strategy import SIMULATED_REPLICAS
 __all__ = ["ForeignHelpers", "install_source", "start"]
 
 PROJECT = "tpu-field-guide"
+# Where the helpers install from: `make sync` writes it from pyproject.toml's repository setting.
+REPOSITORY = "https://github.com/tpu-field-guide/tpu-field-guide"
 
 
 class ForeignHelpers(ImportError):
@@ -61,7 +63,7 @@ def _check_release(release: str) -> str:
         raise ForeignHelpers(
             f"These notebooks need the helpers of {PROJECT} {release}, but `import helpers` "
             f"found version {version or 'unknown'} at {list(helpers.__path__)}. Run "
-            f"`%pip install -U git+https://github.com/tpu-field-guide/tpu-field-guide@{release}`"
+            f"`%pip install -U git+{REPOSITORY}@{release}`"
             " and restart the kernel."
         )
     source = install_source()

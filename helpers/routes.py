@@ -22,7 +22,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PYTHONS_CHECKED = ("3.10", "3.11", "3.12", "3.13", "3.14")
+# The Pythons the collection supports, oldest first: `make sync` writes them from pyproject.toml
+# (requires-python and newest_python). The routes are checked for these and the next one.
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+PYTHONS_CHECKED = (*SUPPORTED_PYTHONS, f"3.{int(SUPPORTED_PYTHONS[-1].split('.')[1]) + 1}")
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,11 @@ OTHER = Platform(
     tensorflow_shipped="whatever is installed",
     restart="restart the Python process or Jupyter kernel",
     installs_automatically=False,
-    other_python="Use Python 3.10 to 3.13 (a virtual environment), " + _JAX_WAY + ".",
+    other_python=(
+        f"Use Python {SUPPORTED_PYTHONS[0]} to {SUPPORTED_PYTHONS[-1]} (a virtual environment), "
+        + _JAX_WAY
+        + "."
+    ),
 )
 
 

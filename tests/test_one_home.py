@@ -1,9 +1,10 @@
 """One edit follows a platform: a fact changed in its one home reaches every text after make sync.
 
 On a copy of the repository each test edits one line (Kaggle's Python in helpers/routes.py, the
-simulated replica count in helpers/strategy.py), runs the Makefile's own `sync` and `lint`
-recipes, and reads what a reader would: README.md, the book's routes page, notebook 01, the
-manifest, the stacks' requirements headers and every parameters cell.
+simulated replica count in helpers/strategy.py, the repository setting or the oldest Python in
+pyproject.toml), runs the Makefile's own `sync` and `lint` recipes, and reads what a reader would:
+README.md, the book's pages, notebook 01, the manifest, the stacks' requirements headers and every
+parameters cell, and no text still states the old value.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import notebook_files  # noqa: E402
 
 
 def _recipe(target: str) -> list[str]:
@@ -29,13 +33,16 @@ def _recipe(target: str) -> list[str]:
     return [line.strip().replace("$(BIN)", str(BIN)) for line in block.group(1).splitlines()]
 
 
-def _copy(tmp_path: Path) -> Path:
-    files = subprocess.run(
+def _tracked(root: Path) -> list[str]:
+    return subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=root, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
+
+
+def _copy(tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
-    for name in files:
+    for name in _tracked(ROOT):
         if (ROOT / name).is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, copy / name)
@@ -54,11 +61,15 @@ def _edit_sync_lint(copy: Path, file: str, old: str, new: str) -> None:
         assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
 
 
-def _routes_page(copy: Path) -> str:
-    code = "from helpers import routes; print(routes.markdown_table())"
+def _python(copy: Path, code: str) -> str:
+    """What ``code`` prints, run with the copy's helpers."""
     return subprocess.run(
         [sys.executable, "-c", code], cwd=copy, capture_output=True, text=True, check=True
     ).stdout
+
+
+def _routes_page(copy: Path) -> str:
+    return _python(copy, "from helpers import routes; print(routes.markdown_table())")
 
 
 def _markdown(notebook: Path) -> str:
@@ -103,5 +114,67 @@ def test_changing_the_simulated_replica_count_is_one_edit(tmp_path):
         parameters = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
         assert "SIMULATED_REPLICAS = 4 " in "".join(parameters["source"]), notebook.name
     assert (copy / "requirements.txt").read_text().splitlines()[1] == "# replicas: 4"
+    for page in ("README.md", "book/index.md"):
+        text = (copy / page).read_text()
+        assert "simulates <!-- fact simulated.tpu -->a 4-core TPU<!-- end -->" in text, page
+        assert "over <!-- fact simulated.replicas -->4<!-- end --> logical CPU" in text, page
     # A platform's stack keeps its TPU's cores: 8 means a v5e-8 there, not the default.
     assert (copy / "requirements-kaggle.txt").read_text().splitlines()[1] == "# replicas: 8"
+
+
+def _tracked_text(copy: Path) -> dict[str, str]:
+    found = {}
+    for name in _tracked(copy):
+        if not name.startswith("tests/data/") and (copy / name).is_file():
+            found[name] = (copy / name).read_text(encoding="utf-8", errors="replace")
+    return found
+
+
+@pytest.mark.slow
+def test_moving_the_repository_is_one_edit(tmp_path):
+    copy = _copy(tmp_path)
+    old = notebook_files.settings()["github"]  # read, so that this file names no old address
+    _edit_sync_lint(copy, "pyproject.toml", f'github = "{old}"', 'github = "Another-Org/tpu-guide"')
+    texts = _tracked_text(copy)
+    owner = old.split("/")[0].lower()
+    stale = [name for name, text in texts.items() if old in text or f"{owner}.github.io" in text]
+    assert stale == []
+    readme = texts["README.md"]
+    assert "[book]: https://another-org.github.io/tpu-guide/\n" in readme
+    assert "[book-tested]: https://another-org.github.io/tpu-guide/tested.html\n" in readme
+    assert "`pip install git+https://github.com/Another-Org/tpu-guide@v0.1.0 && " in readme
+    assert "colab.research.google.com/github/Another-Org/tpu-guide/blob/main/notebooks/" in readme
+    assert 'REPOSITORY = "https://github.com/Another-Org/tpu-guide"' in texts["helpers/lesson.py"]
+    lesson_00 = _markdown(copy / "notebooks" / "00_tpu_self_test.ipynb")
+    assert "pip install -q git+https://github.com/Another-Org/tpu-guide@v0.1.0" in lesson_00
+
+
+@pytest.mark.slow
+def test_dropping_the_oldest_python_is_one_edit(tmp_path):
+    copy = _copy(tmp_path)
+    _edit_sync_lint(
+        copy, "pyproject.toml", 'requires-python = ">=3.10"', 'requires-python = ">=3.11"'
+    )
+    texts = _tracked_text(copy)
+    # What stated the range, or kept code for 3.10; "3.10" stays where it means something else
+    # (Keras 3.10, the Pythons a tensorflow-tpu wheel exists for).
+    stale = re.compile(r"Python 3\.10\b|3\.10 to|\bpy310\b|\(3, 11\)|\| 3\.10 \|")
+    assert [name for name, text in texts.items() if stale.search(text)] == []
+    assert (
+        "Quick start (Python <!-- fact project.pythons -->3.11 to 3.13<!-- end -->"
+        in texts["README.md"]
+    )
+    assert (
+        "(Python <!-- fact project.pythons -->3.11 to 3.13<!-- end -->," in texts["book/index.md"]
+    )
+    assert texts["requirements.txt"].startswith("# python: the machine's python3 (3.11 to 3.13)\n")
+    code = "from helpers import routes; print(routes.PYTHONS_CHECKED, routes.OTHER.other_python)"
+    assert _python(copy, code).startswith(
+        "('3.11', '3.12', '3.13', '3.14') Use Python 3.11 to 3.13 "
+    )
+    assert "import tomllib\n" in texts["tools/notebook_files.py"]  # ruff removed the fallback
+    tests = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*tests, "tests/test_routes.py"], cwd=copy, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-3000:]

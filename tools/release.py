@@ -3,8 +3,9 @@
     python tools/release.py 0.2.0        (or: make release VERSION=0.2.0)
 
 The one place a version changes: ``[project] version`` and ``[tool.tpu-field-guide] release`` in
-pyproject.toml, ``helpers.__version__`` (which every notebook's setup cell checks), the README's
-install lines and the self-test's usage line, then every notebook's setup cell through ``tools/sync_notebooks.py``. It commits
+pyproject.toml, ``helpers.__version__`` (which every notebook's setup cell checks) and the README's
+mentions of the tag, then every notebook's setup cell and README.md's install line through
+``tools/sync_notebooks.py``. It commits
 the change and creates the annotated tag ``vX.Y.Z`` in this clone. It never pushes: the tag exists
 for readers only once someone pushes it (``git push origin vX.Y.Z``), and until then a hosted
 notebook cannot install that release.
@@ -24,7 +25,7 @@ __all__ = ["current_version", "main", "set_version"]
 
 VERSION = re.compile(r"\d+\.\d+\.\d+")
 # Files that quote the release tag in install lines; the notebooks get theirs from sync_notebooks.
-INSTALL_LINES = ("README.md", "helpers/selftest/cli.py")
+INSTALL_LINES = ("README.md",)
 
 
 def current_version(root: Path = ROOT) -> str:

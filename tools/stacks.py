@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+import repository
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from helpers import routes  # noqa: E402
@@ -33,7 +35,7 @@ def stack_header(platform: str | None) -> list[str]:
     """The first lines of a stack's requirements file."""
     if platform is None:
         return [
-            "# python: the machine's python3",
+            f"# python: the machine's python3 ({repository.python_range(repository.supported_pythons())})",
             f"# replicas: {SIMULATED_REPLICAS}",
             "# stands in for: laptops, CI and Binder, on the newest TensorFlow",
         ]

@@ -14,7 +14,10 @@ Derived, and so never edited by hand:
 - the notebook table in README.md, from the manifest;
 - the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01 shows),
   its "verified on a TPU" column from the records in hardware/records/ (``hardware.records``);
-- each stack's requirements header and TensorFlow pin, from ``helpers.routes`` (``tools/stacks.py``).
+- each stack's requirements header and TensorFlow pin, from ``helpers.routes`` (``tools/stacks.py``);
+- what follows from the repository setting and the Python range in pyproject.toml: README.md's
+  links, the facts stated in README.md, CONTRIBUTING.md and the book's pages, and two lines of the
+  helpers (``tools/repository.py``).
 
 A new ``NN_name.ipynb`` slots in with ``make sync``: its title cell and its "What you need" cell are
 copied into a new manifest entry, and from then on the manifest is where they are edited. The
@@ -28,12 +31,14 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib
 import re
 import sys
 import textwrap
 from pathlib import Path
 
 import manifest as manifest_file
+import repository
 import stacks
 from notebook_files import ROOT, dumps, notebook_paths, read, settings, source
 
@@ -505,12 +510,20 @@ def main() -> int:
     args = parser.parse_args()
     cfg = settings()
     paths = notebook_paths()
+    stale, found = [], []
+    # First the helpers' lines made from pyproject.toml (the Python range): the rest reads them.
+    for file in repository.SOURCE_LINES:
+        before = (ROOT / file).read_text(encoding="utf-8")
+        if repository.synced(file, before, cfg) != before:
+            stale.append(file)
+            if not args.check:
+                (ROOT / file).write_text(repository.synced(file, before, cfg), encoding="utf-8")
+                importlib.reload(routes)
     if not args.check:
         for name in manifest_file.adopt_missing(paths):
             print(f"{name}: new entry in notebooks/manifest.toml (edit its texts there)")
     manifest = manifest_file.load()
     names = [p.name for p in paths]
-    stale, found = [], []
     for path in paths:
         before = path.read_text(encoding="utf-8")
         notebook = sync_notebook(read(path), path.name, cfg, manifest, names)
@@ -526,6 +539,10 @@ def main() -> int:
     derived = {"README.md": lambda text: sync_readme(text, cfg, manifest)}
     for file, platform in stacks.STACK_FILES.values():
         derived[file] = lambda text, platform=platform: stacks.synced(text, platform)
+    for file in repository.derived_files():
+        if file not in repository.SOURCE_LINES:
+            first = derived.get(file, str)
+            derived[file] = lambda text, f=file, d=first: repository.synced(f, d(text), cfg)
     for file, derive in derived.items():
         before = (ROOT / file).read_text(encoding="utf-8")
         after = derive(before)

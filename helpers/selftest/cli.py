@@ -1,6 +1,6 @@
 """``python -m helpers.selftest``: the TPU self-test as one command (notebook 00).
 
-    pip install -q git+https://github.com/tpu-field-guide/tpu-field-guide@v0.1.0
+    pip install -q git+<repository>@<release>     (README.md and notebook 00 give the line)
     python -m helpers.selftest [--out DIR] [--smoke] [--simulated-replicas N] [--[no-]install]
 
 Writes ``DIR/tpu-self-test.md`` and ``DIR/tpu-self-test.json``, prints the Markdown, and exits

@@ -29,7 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository, for helpers
 
-from notebook_files import ROOT, notebook_paths  # noqa: E402
+import repository  # noqa: E402
+from notebook_files import ROOT, notebook_paths, settings  # noqa: E402
 from runner.folders import run_folder  # noqa: E402
 
 from book.pages import book_records, generated_pages  # noqa: E402
@@ -189,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out / "doctrees", ignore_errors=True)
     # The doctrees and the site sit beside src, never inside it (MyST-NB writes next to them).
     sphinx = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q"]
+    cfg = settings()  # the repository button: pyproject.toml's repository setting
+    sphinx += ["-D", f"html_theme_options.repository_url={repository.repository_url(cfg)}"]
+    sphinx += ["-D", f"html_theme_options.repository_branch={cfg['branch']}"]
     if subprocess.run([*sphinx, "-d", str(out / "doctrees"), str(src), str(html)]).returncode:
         return 1
     # Source maps of the theme's scripts (3.5 MB) serve only a browser's developer tools.
