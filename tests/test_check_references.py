@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,3 +44,52 @@ def test_placeholders_outputs_and_other_projects_files_are_not_checked():
         "c.py": "a file named helpers.py; helpers.__path__",
     }
     assert refs.stale_references(texts) == []
+
+
+def _notebook(*markdown: str) -> str:
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": text} for text in markdown]
+    return json.dumps({"cells": [*cells, {"cell_type": "code", "source": "x = '](gone.md)'"}]})
+
+
+def test_a_planted_broken_relative_link_fails_lint():
+    missing = "notebook " + "99"  # typed apart, so that this file mentions no missing lesson
+    planted = {
+        "README.md": _("[the lessons](notebooks@99_gone.ipynb) and [ok](CONTRIBUTING.md)"),
+        "CONTRIBUTING.md": "[a section](README.md#no-such-section), [one](README.md#the-lessons)",
+        _("book@page.md"): "[lesson](01_tpu_detection_and_connection.ipynb) [page](nowhere.md)",
+        _("notebooks@01_x.ipynb"): _notebook(
+            "**Next:** [10 · gone](10_tpu_readyness_check.ipynb)\n```\n[code](not-a-link.md)\n```",
+            f"[all lessons](../README.md#the-lessons); see {missing}.",
+        ),
+    }
+    assert refs.stale_references(planted) == [
+        "CONTRIBUTING.md: the link README.md#no-such-section: README.md has no section "
+        "#no-such-section",
+        _("README.md: notebooks@99_gone.ipynb does not exist"),  # a repository path, too
+        _("README.md: the link notebooks@99_gone.ipynb: no such file"),
+        _("book@page.md: the link nowhere.md: no such file"),
+        _(f"notebooks@01_x.ipynb: {missing} does not exist"),
+        _("notebooks@01_x.ipynb: the link 10_tpu_readyness_check.ipynb: no such file"),
+    ]
+
+
+def test_a_planted_reference_to_a_missing_lesson_fails_lint():
+    lessons = ("notebooks 01, 02 and " + "98", "Lesson " + "97", "notebooks 02 to 09")
+    planted = {_("~@x.py"): f'"""Taught in {lessons[0]}; {lessons[1]}; {lessons[2]}."""'}
+    assert refs.stale_references(planted) == [
+        _(f"~@x.py: notebook {n} does not exist") for n in ("97", "98")
+    ]
+
+
+def test_the_check_fails_on_a_copy_of_the_repository_with_a_broken_link(tmp_path):
+    from test_one_home import _copy  # a copy of the tracked files, as git lists them
+
+    copy = _copy(tmp_path)
+    check = [sys.executable, str(copy / "tools" / "check_references.py")]
+    assert subprocess.run(check, cwd=copy, capture_output=True).returncode == 0
+    page = copy / "book" / "index.md"
+    page.write_text(page.read_text() + "\n[gone](gone.md)\n")
+    done = subprocess.run(check, cwd=copy, capture_output=True, text=True)
+    assert (
+        done.returncode == 1 and _("book@index.md: the link gone.md: no such file") in done.stdout
+    )

@@ -1,4 +1,4 @@
-"""References that stay true: every repository path and helpers module named in the text exists.
+"""References that stay true: every path, helpers name, relative link and lesson named exists.
 
     python tools/check_references.py     # part of make lint
 
@@ -9,6 +9,13 @@ Python files, the Makefile, CI scripts and workflows. In them it finds
 - helper modules and names (``helpers.data.make_dataset``, ``helpers.connect``), whose module
   must exist and whose name, when one follows, must be defined there (read with ``ast``, so
   nothing is imported).
+- relative links in Markdown (README.md, CONTRIBUTING.md, the book's pages, every ``.md`` file and
+  the Markdown cells of the notebooks): ``[text](target)``, ``[label]: target`` and
+  ``src``/``href`` attributes, which must lead to a file, and, when they name a section
+  (``#anchor``) of a Markdown file or notebook, to one of its headings. A book page's target may
+  also be a lesson: the book puts the lessons beside its pages;
+- mentions of a lesson by number (``notebook 10``, ``lessons 02 to 09``), which must name a
+  lesson that exists (``notebooks/NN_name.ipynb``).
 Paths under ``build/`` and other outputs of a run, and paths with placeholders (``NN_name``,
 ``X.Y``, ``*``, ``{...}``) are not checked. Statements of what a test does are generated from the
 test instead (``tools/book/pages.py``), so they cannot go stale.
@@ -17,6 +24,7 @@ test instead (``tools/book/pages.py``), so they cannot go stale.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -95,9 +103,92 @@ def _module_problem(dotted: str) -> str | None:
     return None
 
 
+# Markdown links: inline ``[text](target "title")``, reference definitions, and HTML attributes.
+LINK = re.compile(
+    r"\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^)]*)?\)"
+    r"|^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)"
+    r"|\b(?:href|src)=\"([^\"]+)\"",
+    re.MULTILINE,
+)
+EXTERNAL = re.compile(r"^(?:[a-zA-Z][\w+.-]*:|//)")  # https:, mailto:, data:, //host
+FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
+CODE_SPAN = re.compile(r"(`+).+?\1", re.DOTALL)
+HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+# "notebook 10", "Lessons 02 to 09", "notebooks 01, 02 and 08": each number must be a lesson.
+LESSON_MENTION = re.compile(
+    r"\b(?:notebook|lesson)s?\s+(\d\d\b(?:(?:\s*(?:,|and|or|to|-|–)\s*)\d\d\b)*)", re.IGNORECASE
+)
+
+
+def markdown_of(name: str, text: str) -> str | None:
+    """The Markdown a reader sees in a file (a notebook's Markdown cells), or None."""
+    if name.endswith(".md"):
+        return text
+    if name.endswith(".ipynb"):
+        try:
+            cells = json.loads(text).get("cells", [])
+        except json.JSONDecodeError:
+            return None
+        sources = ("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "markdown")
+        return "\n\n".join(sources)
+    return None
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub, JupyterLab's Markdown and MyST give a heading, for the usual headings."""
+    text = re.sub(r"<[^>]+>|`", "", heading)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).strip().lower()
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+
+
+def _anchors(path: Path) -> set[str] | None:
+    """The section anchors of a Markdown file or notebook, or None for other files."""
+    markdown = markdown_of(path.name, path.read_text(encoding="utf-8", errors="replace"))
+    if markdown is None:
+        return None
+    return {slug(m[1]) for m in HEADING.finditer(FENCE.sub("", markdown))}
+
+
+def broken_links(name: str, markdown: str, root: Path = ROOT) -> list[str]:
+    """The relative links of one file's Markdown that lead nowhere, as ``target: why``."""
+    folder = (root / name).parent
+    # The book puts the lessons beside its pages (tools/book/build.py).
+    bases = [folder, root / "notebooks"] if name.startswith("book/") else [folder]
+    found = []
+    for match in LINK.finditer(CODE_SPAN.sub("", FENCE.sub("", markdown))):
+        target = next(g for g in match.groups() if g)
+        if EXTERNAL.match(target) or PLACEHOLDER.search(target) or target.startswith("/"):
+            continue
+        path, _, anchor = target.partition("#")
+        path = path.split("?")[0]
+        if not path:
+            continue  # a section of the same file: the book's build checks its own anchors
+        where = next((b / path for b in bases if (b / path).exists()), None)
+        if where is None:
+            found.append(f"{target}: no such file")
+        elif anchor and where.is_file() and (anchors := _anchors(where)) is not None:
+            if anchor.lower() not in anchors:
+                found.append(f"{target}: {path} has no section #{anchor}")
+    return found
+
+
+def missing_lessons(text: str, root: Path = ROOT) -> list[str]:
+    """The lesson numbers ``text`` mentions (as "notebook NN") for which no lesson exists."""
+    lessons = {p.name[:2] for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    found = []
+    for match in LESSON_MENTION.finditer(text):
+        found += [n for n in re.findall(r"\d\d", match[1]) if n not in lessons]
+    return found
+
+
 def stale_references(files: dict[str, str]) -> list[str]:
     """``file: what it names that does not exist``, for every stale reference in ``files``."""
     found = []
+    for name, text in sorted(files.items()):
+        markdown = markdown_of(name, text)
+        if markdown is not None:
+            found += [f"{name}: the link {link}" for link in broken_links(name, markdown)]
+        found += [f"{name}: notebook {n} does not exist" for n in missing_lessons(text)]
     for name, text in sorted(files.items()):
         for match in PATH.finditer(text):
             path = match.group(0).rstrip(".")
@@ -122,7 +213,7 @@ def main() -> int:
     if stale:
         print(f"{len(stale)} reference(s) to things that do not exist: correct or remove them.")
         return 1
-    print("Every repository path and helpers name mentioned exists.")
+    print("Every repository path, helpers name, relative link and lesson mentioned exists.")
     return 0
 
 
