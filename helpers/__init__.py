@@ -19,8 +19,8 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)
 - ``models``, ``results``, ``checks``: small shared pieces; one home each for every clock
   (``timing``), every plot (``plots``) and the TPU's tile and chip facts (``tpu_facts``)
-- ``tf_internals``: the few TensorFlow internals a lesson shows on a CPU, each wrapped with the
-  reason (04, 07)
+- ``tf_internals``: every TensorFlow internal the helpers use, each wrapped with the reason
+  (04, 06, 07, 08)
 
 TensorFlow is imported lazily, so ``import helpers`` works even where TensorFlow is missing
 (a fresh Colab TPU runtime) and can then tell the user what to install.

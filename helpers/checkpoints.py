@@ -45,6 +45,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import tf_internals
+
 __all__ = [
     "STATE_FILE",
     "checkpoint_contents",
@@ -236,8 +238,6 @@ def repair(directory: str | os.PathLike) -> Repair:
     :func:`make_checkpoint` calls it. Taught in notebook 08.
     """
 
-    from tensorflow.python.checkpoint import checkpoint_management
-
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         return Repair(None)
@@ -269,7 +269,7 @@ def repair(directory: str | os.PathLike) -> Repair:
                 os.remove(path)
             result.removed.append(name)
     if result.dropped:
-        checkpoint_management.update_checkpoint_state_internal(
+        tf_internals.write_checkpoint_state(
             directory,
             model_checkpoint_path=complete[-1],
             all_model_checkpoint_paths=complete,
@@ -291,11 +291,9 @@ def checkpoint_contents(path: str | os.PathLike) -> list[str]:
     Taught in notebook 08.
     """
     import tensorflow as tf
-    from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     reader = tf.train.load_checkpoint(os.fspath(path))
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    graph = tf_internals.checkpoint_object_graph(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     return sorted(child.local_name for child in graph.nodes[0].children)
 
 

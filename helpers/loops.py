@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from helpers import tf_internals
 from helpers.batches import per_replica_batch
 
 __all__ = [
@@ -83,7 +84,7 @@ def _many_steps(strategy, replica_step):
     # Each call of this function builds and traces its own run_steps, on purpose (one per model).
     # TensorFlow counts traces per source line across all of them and, after five, warns of
     # "retracing" that is not happening; that false alarm is turned off for this function only.
-    run_steps._omit_frequent_tracing_warning = True
+    tf_internals.omit_retracing_warning(run_steps)
     call.function = run_steps  # the tf.function itself, e.g. to count its traces
     return call
 

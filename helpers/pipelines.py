@@ -33,6 +33,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from helpers import tf_internals
+
 # Measured here in notebook 06, kept with every other clock in helpers.timing.
 from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
 
@@ -406,7 +408,6 @@ def autoshard_preview(dataset, policy: str, num_workers: int) -> list[list]:
     list of elements (as numpy values) per worker. Taught in notebook 06.
     """
     import tensorflow as tf
-    from tensorflow.python.distribute import input_ops
 
     if policy not in AUTOSHARD_POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {AUTOSHARD_POLICIES}")
@@ -418,7 +419,7 @@ def autoshard_preview(dataset, policy: str, num_workers: int) -> list[list]:
     )
     dataset = dataset.with_options(options)
     return [
-        list(input_ops.auto_shard_dataset(dataset, num_workers, w, num_workers).as_numpy_iterator())
+        list(tf_internals.auto_shard(dataset, num_workers, w).as_numpy_iterator())
         for w in range(num_workers)
     ]
 

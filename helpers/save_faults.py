@@ -25,6 +25,8 @@ import shutil
 import signal
 from collections.abc import Callable
 
+from helpers import tf_internals
+
 __all__ = ["PHASES", "crash", "interrupt_save", "SaveInterrupted", "sigkill"]
 
 PHASES = ("shards", "merge", "commit", "rename", "sweep", "restate")
@@ -61,10 +63,6 @@ def interrupt_save(phase: str, action: Callable[[str], None] = crash):
     the phases.
     Taught in notebook 08.
     """
-    from tensorflow.python.checkpoint import checkpoint_management as cm
-    from tensorflow.python.lib.io import file_io
-    from tensorflow.python.ops import gen_io_ops
-
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     fired, state_writes = [], []
@@ -98,12 +96,8 @@ def interrupt_save(phase: str, action: Callable[[str], None] = crash):
         if _text(filespec).endswith(".index"):
             fire("sweep")
 
-    targets = {
-        "merge": (gen_io_ops, "merge_v2_checkpoints", merge),
-        "state": (cm, "update_checkpoint_state_internal", update_state),
-        "rename": (file_io, "rename", rename),
-        "delete": (cm, "_delete_file_if_exists", delete),
-    }
+    wrappers = {"merge": merge, "state": update_state, "rename": rename, "delete": delete}
+    targets = {key: (*at, wrappers[key]) for key, at in tf_internals.save_steps().items()}
     originals = {key: getattr(module, name) for key, (module, name, _) in targets.items()}
     for module, name, wrapper in targets.values():
         setattr(module, name, wrapper)

@@ -22,6 +22,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from helpers import failures, runtime, versions
+from helpers.tf_internals import untuned_distributed_input
 
 __all__ = [
     "SIMULATED_REPLICAS",
@@ -192,48 +193,6 @@ def simulated_tpu(tf, replicas: int):
     devices = [d.name for d in tf.config.list_logical_devices("CPU")[:replicas]]
     untuned_distributed_input(tf)
     return tf.distribute.MirroredStrategy(devices)
-
-
-def untuned_distributed_input(tf) -> bool:
-    """Run distributed iterators without tf.data's autotuning thread; True if it applies.
-
-    Measured with TF 2.21 on the simulated TPU: dropping a distributed iterator that had been read
-    for about 100 s took 42 to 111 s (at kernel shutdown, or when "Run all" runs again and a cell
-    rebinds ``iterator = iter(...)``). py-spy and gdb show the main thread in
-    ``RootDataset::Iterator::~Iterator`` waiting for the autotuning thread
-    (``Model::OptimizeLoop``), which sleeps out an optimisation period that doubles up to 60 s
-    as the iterator ages; a distributed iterator has one such thread on the host pipeline and one
-    per replica. With autotuning off on both, the same drop took 0.3 s. One CPU device
-    (``simulated_replicas=1``) stalled too: notebook 04's second "Run all" took 20 s instead of 11. TensorFlow has no public
-    switch for the per-replica pipelines it builds inside ``OwnedMultiDeviceIterator``, so this
-    wraps the two private places where they are made; it changes nothing if they are missing.
-    ``AUTOTUNE`` values still work without the tuner: parallel calls use the CPU core count.
-    """
-    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
-
-    per_device = getattr(mdi, "_create_device_dataset", None)
-    owned = getattr(mdi, "OwnedMultiDeviceIterator", None)
-    if per_device is None or owned is None:
-        return False
-    if getattr(per_device, "untuned", False):
-        return True
-    options = tf.data.Options()
-    options.autotune.enabled = False
-
-    def create_device_dataset(*args, **kwargs):
-        return per_device(*args, **kwargs).with_options(options)
-
-    create_device_dataset.untuned = True
-    mdi._create_device_dataset = create_device_dataset
-    init = owned.__init__
-
-    def owned_init(self, dataset=None, *args, **kwargs):
-        if dataset is not None:  # None when TensorFlow rebuilds the iterator from its components
-            dataset = dataset.with_options(options)
-        init(self, dataset, *args, **kwargs)
-
-    owned.__init__ = owned_init
-    return True
 
 
 @dataclass

@@ -1,9 +1,11 @@
-"""The TensorFlow internals a lesson shows on a CPU, wrapped so lesson cells use public API only.
+"""The one home of TensorFlow's internals: every private module the helpers use, with the reason.
 
 Each function names the private module it calls and why the public API cannot do it here: the
-public calls exist only on a ``TPUStrategy``, which needs TPU hardware, and a lesson shows on any
-machine what they do. Private import paths can move between TensorFlow releases; the unit tests
-run every function on each stack's TensorFlow, so a move shows there first.
+lessons show on a CPU what public calls do only on a ``TPUStrategy`` (which needs TPU hardware),
+and a few helpers need what TensorFlow does not publish (the checkpoint state file, the object
+graph of a checkpoint, the XLA sharding proto, the auto-shard rewrite). Private import paths can
+move between TensorFlow releases; the unit tests run every function on each stack's TensorFlow,
+so a move shows there first, and a test fails on a private import anywhere else in helpers/.
 """
 
 from __future__ import annotations
@@ -12,9 +14,16 @@ import numpy as np
 
 __all__ = [
     "assign_to_logical_device",
+    "auto_shard",
+    "checkpoint_object_graph",
+    "omit_retracing_warning",
     "replicate_to_logical_devices",
+    "save_steps",
     "split_to_logical_devices",
+    "untuned_distributed_input",
     "validate_tpu_run_function",
+    "write_checkpoint_state",
+    "xla_op_sharding",
 ]
 
 
@@ -53,3 +62,124 @@ def replicate_to_logical_devices(tensor):
 def assign_to_logical_device(tensor, device: int):
     """Annotate ``tensor`` as ``experimental_assign_to_logical_device`` does (07)."""
     return _sharding().assign_device(tensor, device, use_sharding_op=True)
+
+
+# --- what the helpers need that TensorFlow does not publish --------------------------------------
+
+
+def write_checkpoint_state(directory: str, **state) -> None:
+    """Rewrite the ``checkpoint`` state file of ``directory`` (``helpers.checkpoints``, 08).
+
+    ``tf.train.CheckpointManager`` writes it through this internal function; there is no public
+    way to list only some checkpoints after a save was killed halfway.
+    """
+    from tensorflow.python.checkpoint import checkpoint_management
+
+    checkpoint_management.update_checkpoint_state_internal(directory, **state)
+
+
+def save_steps() -> dict[str, tuple[object, str]]:
+    """The internal functions a checkpoint save calls, by step, as ``(module, attribute)``.
+
+    ``merge`` (the shards into one checkpoint), ``state`` (the state file), ``rename`` (a file put
+    in place) and ``delete`` (an old checkpoint's file): ``helpers.save_faults`` wraps them to stop
+    a save at an exact instant (08). The public API has no hook inside a save.
+    """
+    from tensorflow.python.checkpoint import checkpoint_management
+    from tensorflow.python.lib.io import file_io
+    from tensorflow.python.ops import gen_io_ops
+
+    return {
+        "merge": (gen_io_ops, "merge_v2_checkpoints"),
+        "state": (checkpoint_management, "update_checkpoint_state_internal"),
+        "rename": (file_io, "rename"),
+        "delete": (checkpoint_management, "_delete_file_if_exists"),
+    }
+
+
+def checkpoint_object_graph(serialized: bytes):
+    """The ``TrackableObjectGraph`` proto stored in a checkpoint (``helpers.checkpoints``, 08).
+
+    The public ``tf.train.load_checkpoint`` returns it serialized; its proto class is internal.
+    """
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(serialized)
+    return graph
+
+
+def auto_shard(dataset, num_workers: int, index: int):
+    """Worker ``index``'s part of ``dataset`` as a multi-worker strategy rewrites it (06).
+
+    The strategies call this internal rewrite inside ``experimental_distribute_dataset``; calling
+    it directly shows, on one machine, what each worker would read.
+    """
+    from tensorflow.python.distribute import input_ops
+
+    return input_ops.auto_shard_dataset(dataset, num_workers, index, num_workers)
+
+
+def xla_op_sharding():
+    """The ``OpSharding`` proto class that XLA sharding annotations are stored as (07).
+
+    Read back from a traced graph by ``helpers.topology.sharding_annotations``; TensorFlow
+    publishes no reader for it.
+    """
+    try:
+        from tensorflow.compiler.xla import xla_data_pb2
+    except ImportError:  # pragma: no cover - newer layouts of the XLA protos
+        from local_xla.xla import xla_data_pb2
+
+    return xla_data_pb2.OpSharding
+
+
+def omit_retracing_warning(function) -> None:
+    """Turn off TensorFlow's "retracing" warning for one ``tf.function`` (``helpers.loops``, 04).
+
+    TensorFlow counts traces per source line across all functions made from it and, after five,
+    warns of retracing that is not happening; the switch is a private attribute of the function.
+    """
+    function._omit_frequent_tracing_warning = True
+
+
+def untuned_distributed_input(tf) -> bool:
+    """Run distributed iterators without tf.data's autotuning thread; True if it applies.
+
+    Measured with TF 2.21 on the simulated TPU: dropping a distributed iterator that had been read
+    for about 100 s took 42 to 111 s (at kernel shutdown, or when "Run all" runs again and a cell
+    rebinds ``iterator = iter(...)``). py-spy and gdb show the main thread in
+    ``RootDataset::Iterator::~Iterator`` waiting for the autotuning thread
+    (``Model::OptimizeLoop``), which sleeps out an optimisation period that doubles up to 60 s
+    as the iterator ages; a distributed iterator has one such thread on the host pipeline and one
+    per replica. With autotuning off on both, the same drop took 0.3 s. One CPU device
+    (``simulated_replicas=1``) stalled too: notebook 04's second "Run all" took 20 s instead of 11. TensorFlow has no public
+    switch for the per-replica pipelines it builds inside ``OwnedMultiDeviceIterator``, so this
+    wraps the two private places where they are made; it changes nothing if they are missing.
+    ``AUTOTUNE`` values still work without the tuner: parallel calls use the CPU core count.
+    """
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    per_device = getattr(mdi, "_create_device_dataset", None)
+    owned = getattr(mdi, "OwnedMultiDeviceIterator", None)
+    if per_device is None or owned is None:
+        return False
+    if getattr(per_device, "untuned", False):
+        return True
+    options = tf.data.Options()
+    options.autotune.enabled = False
+
+    def create_device_dataset(*args, **kwargs):
+        return per_device(*args, **kwargs).with_options(options)
+
+    create_device_dataset.untuned = True
+    mdi._create_device_dataset = create_device_dataset
+    init = owned.__init__
+
+    def owned_init(self, dataset=None, *args, **kwargs):
+        if dataset is not None:  # None when TensorFlow rebuilds the iterator from its components
+            dataset = dataset.with_options(options)
+        init(self, dataset, *args, **kwargs)
+
+    owned.__init__ = owned_init
+    return True

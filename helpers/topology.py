@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helpers import plots
+from helpers import plots, tf_internals
 from helpers.tpu_facts import GENERATIONS
 
 __all__ = [
@@ -421,21 +421,17 @@ def sharding_annotations(concrete_function) -> list[dict]:
     devices. This lists them: ``kind`` is ``"split"`` (tiled), ``"replicated"`` or
     ``"one device"``, with the tile grid and the devices.
     """
-    try:
-        from tensorflow.compiler.xla import xla_data_pb2
-    except ImportError:  # pragma: no cover - newer layouts of the XLA protos
-        from local_xla.xla import xla_data_pb2
-
+    op_sharding = tf_internals.xla_op_sharding()
     kinds = {
-        xla_data_pb2.OpSharding.OTHER: "split",
-        xla_data_pb2.OpSharding.REPLICATED: "replicated",
-        xla_data_pb2.OpSharding.MAXIMAL: "one device",
+        op_sharding.OTHER: "split",
+        op_sharding.REPLICATED: "replicated",
+        op_sharding.MAXIMAL: "one device",
     }
     found = []
     for op in concrete_function.graph.get_operations():
         if op.type != "XlaSharding":
             continue
-        sharding = xla_data_pb2.OpSharding()
+        sharding = op_sharding()
         sharding.ParseFromString(op.get_attr("_XlaSharding"))
         found.append(
             {
