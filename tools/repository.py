@@ -17,7 +17,9 @@ GitHub Pages site of the repository) and the supported Pythons, from ``[project]
   ``helpers.lesson.REPOSITORY`` and ``helpers.routes.SUPPORTED_PYTHONS``; and the main stack's
   ``# python:`` header (``tools/stacks.py``).
 
-The book's repository button gets its address from ``tools/book/build.py`` (``sphinx -D``).
+The book's repository button gets its address from ``tools/book/build.py`` (``sphinx -D``). The
+places that choose a Python to run on (Binder's runtime.txt, CI's workflows, the main environment's
+``python`` setting) are checked instead: ``make lint`` fails when one is outside the range.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "repository_url",
     "supported_pythons",
     "synced",
+    "unsupported_pythons",
 ]
 
 # Files whose prose may carry <!-- fact ... --> markers (book/*.md are added by ``pages``).
@@ -164,6 +167,30 @@ def synced(file: str, text: str, cfg: dict | None = None, root: Path = ROOT) -> 
     if file == "README.md":
         text = _between(text, LINKS_START, LINKS_END, links(cfg, root), file)
     return text
+
+
+# Where a Python is chosen to run the project (Binder, CI's jobs, the main environment's Python):
+# each must be a supported one, or lint says so (it is a choice, not derived).
+CHOSEN_PYTHONS = {
+    "binder/runtime.txt": re.compile(r"^python-(3\.\d+)", re.MULTILINE),
+    ".github/workflows/*.yml": re.compile(r"python-version:\s*[\"']?(3\.\d+)"),
+    "pyproject.toml": re.compile(r"^python = \"(3\.\d+)", re.MULTILINE),
+}
+
+
+def unsupported_pythons(root: Path = ROOT) -> list[str]:
+    """Each place that chooses a Python outside the supported range, as ``file: why``."""
+    pythons = supported_pythons(root)
+    found = []
+    for pattern, choice in CHOSEN_PYTHONS.items():
+        for path in sorted(root.glob(pattern)):
+            for python in choice.findall(path.read_text(encoding="utf-8")):
+                if python not in pythons:
+                    where = path.relative_to(root)
+                    found.append(
+                        f"{where}: Python {python} is not supported ({python_range(pythons)})"
+                    )
+    return found
 
 
 def derived_files(root: Path = ROOT) -> list[str]:

@@ -550,6 +550,7 @@ def main() -> int:
             stale.append(file)
             if not args.check:
                 (ROOT / file).write_text(after, encoding="utf-8")
+    found += repository.unsupported_pythons()
     if found:
         print("Fix by hand:", *found, sep="\n  ")
     if args.check and stale:
