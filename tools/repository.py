@@ -24,6 +24,7 @@ places that choose a Python to run on (Binder's runtime.txt, CI's workflows, the
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = [
     "python_range",
     "repository_url",
     "supported_pythons",
+    "sync_sources",
     "synced",
     "unsupported_pythons",
 ]
@@ -153,6 +155,25 @@ SOURCE_LINES = {
         lambda cfg, root: f"SUPPORTED_PYTHONS = {_tuple(supported_pythons(root))}",
     ),
 }
+
+
+def sync_sources(cfg: dict, write: bool, root: Path = ROOT) -> list[str]:
+    """The helpers' files whose lines from pyproject.toml are stale, rewritten when ``write``.
+
+    A rewritten module that is already imported (``helpers.routes``) is reloaded, so what is
+    generated from it next sees the new values.
+    """
+    stale = []
+    for file in SOURCE_LINES:
+        before = (root / file).read_text(encoding="utf-8")
+        if (after := synced(file, before, cfg, root)) != before:
+            stale.append(file)
+            if write:
+                (root / file).write_text(after, encoding="utf-8")
+                module = sys.modules.get(file.removesuffix(".py").replace("/", "."))
+                if module is not None:
+                    importlib.reload(module)
+    return stale
 
 
 def synced(file: str, text: str, cfg: dict | None = None, root: Path = ROOT) -> str:

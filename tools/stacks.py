@@ -34,8 +34,9 @@ _HEADER_KEYS = ("python", "replicas", "stands in for")
 def stack_header(platform: str | None) -> list[str]:
     """The first lines of a stack's requirements file."""
     if platform is None:
+        supported = repository.python_range(repository.supported_pythons())
         return [
-            f"# python: the machine's python3 ({repository.python_range(repository.supported_pythons())})",
+            f"# python: the machine's python3 ({supported})",
             f"# replicas: {SIMULATED_REPLICAS}",
             "# stands in for: laptops, CI and Binder, on the newest TensorFlow",
         ]

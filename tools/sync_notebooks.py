@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
-import importlib
 import re
 import sys
 import textwrap
@@ -510,15 +509,8 @@ def main() -> int:
     args = parser.parse_args()
     cfg = settings()
     paths = notebook_paths()
-    stale, found = [], []
     # First the helpers' lines made from pyproject.toml (the Python range): the rest reads them.
-    for file in repository.SOURCE_LINES:
-        before = (ROOT / file).read_text(encoding="utf-8")
-        if repository.synced(file, before, cfg) != before:
-            stale.append(file)
-            if not args.check:
-                (ROOT / file).write_text(repository.synced(file, before, cfg), encoding="utf-8")
-                importlib.reload(routes)
+    stale, found = repository.sync_sources(cfg, write=not args.check), []
     if not args.check:
         for name in manifest_file.adopt_missing(paths):
             print(f"{name}: new entry in notebooks/manifest.toml (edit its texts there)")
