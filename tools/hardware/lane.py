@@ -33,6 +33,7 @@ class Run:
 
     platform: str
     smoke: bool = False
+    quick: bool = False
     only: list[str] = field(default_factory=list)
     commit: str = ""
     stamp: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
@@ -49,7 +50,8 @@ class Run:
 
     def driver_args(self) -> list[str]:
         """The driver's options besides platform, folder, commit and run id."""
-        return [*(["--smoke"] if self.smoke else []), *(f"--only={n}" for n in self.only)]
+        flags = [*(["--smoke"] if self.smoke else []), *(["--quick"] if self.quick else [])]
+        return [*flags, *(f"--only={n}" for n in self.only)]
 
 
 def checked_commit() -> str:
