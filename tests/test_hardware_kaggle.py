@@ -18,8 +18,12 @@ from pathlib import Path
 import pytest
 from kaggle_standin import KaggleStandIn, Scenario
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from hardware import records  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = json.loads((ROOT / "tests" / "data" / "hardware-record-tpu.json").read_text())
+QUICK = json.loads((ROOT / "tests" / "data" / "hardware-record-tpu-quick.json").read_text())
 TOKEN = "KGAT_standin_0123456789abcdef"
 LOG = [
     {
@@ -38,14 +42,14 @@ needs_port_80 = pytest.mark.skipif(
 pytestmark = [pytest.mark.slow, needs_port_80]
 
 
-def outputs(failed: str = "", record: bool = True, run_id: str = ""):
+def outputs(failed: str = "", record: bool = True, run_id: str = "", fixture: dict = FIXTURE):
     """What the kernel leaves in /kaggle/working: the record and the runner's summary."""
 
     def make(commit: str, pushed_run_id: str) -> dict[str, bytes]:
-        rows = [dict(r) for r in FIXTURE["lessons"] if r["status"] == "passed"]
+        rows = [dict(r) for r in fixture["lessons"] if r["status"] == "passed"]
         for row in rows:
             row["status"] = "FAILED" if row["notebook"].startswith(failed or "-") else "passed"
-        rec = {**FIXTURE, "commit": commit, "run_id": run_id or pushed_run_id, "lessons": rows}
+        rec = {**fixture, "commit": commit, "run_id": run_id or pushed_run_id, "lessons": rows}
         files = {"hardware-run/lessons/summary.json": json.dumps({"rows": rows}).encode()}
         if record:
             files["hardware-run/record.json"] = json.dumps(rec).encode()
@@ -396,3 +400,21 @@ def test_complete_without_a_record_names_the_kernel_and_its_log(tmp_path):
     assert code == 2 and f"https://www.kaggle.com/code/{slug}" in output, output
     assert "ResourceExhaustedError: out of HBM" in output  # the log's last lines
     assert output.strip().splitlines()[-1] == "No record: the kernel completed without a record."
+
+
+def test_a_quick_run_pushes_the_quick_set_and_verifies_the_route_only(tmp_path):
+    scenario = Scenario(token=TOKEN, outputs=outputs(fixture=QUICK))
+    code, output, kaggle = lane(tmp_path, scenario, "--quick")
+    assert code == 0, output
+    (push,) = kaggle.calls("SaveKernel")
+    assert "'--quick'" in push["text"] and "'--smoke'" not in push["text"]
+    assert push["sessionTimeoutSeconds"] == 3600  # a quick run's limit: one hour, not nine
+    record = json.loads(Path(output.strip().splitlines()[-1]).read_text())
+    assert record["mode"] == "quick"
+    assert set(records.verified_routes([record])) == {"kaggle"}
+    assert all(
+        records.lesson_status(r["notebook"], [record]) == records.NOT_YET
+        for r in FIXTURE["lessons"]
+    )
+    assert "This quick record verifies the route on a TPU, and no lesson" in output
+    assert "  self-test: uint8_input: pass in 6.4 s." in output  # each check, with its time

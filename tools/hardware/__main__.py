@@ -37,8 +37,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tools.hardware", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("platform", choices=("kaggle", "colab", "local"))
-    parser.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
+    mode.add_argument(
         "--quick",
         action="store_true",
         help="first light: the route, the self-test and lesson 01 only (verifies the route only)",
@@ -47,7 +48,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--records", help="where the record goes (default: see above)")
     parser.add_argument("--out", help="the folder of each run's outputs (default: build/hardware)")
     parser.add_argument(
-        "--limit-hours", type=float, default=9.0, help="wall-clock limit of the run (default 9)"
+        "--limit-hours",
+        type=float,
+        help="wall-clock limit of the run (default 9; 1 with --quick)",
     )
     parser.add_argument("--poll", type=float, default=30.0, help="first status poll, seconds")
     parser.add_argument(
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         run.parent = Path(args.out).resolve()
     default = records.LOCAL_RECORDS if args.platform == "local" else records.RECORDS
     folder = Path(args.records) if args.records else default
-    limit = args.limit_hours * 3600
+    limit = (args.limit_hours or (1.0 if args.quick else 9.0)) * 3600
     try:
         if args.platform == "kaggle":
             options = kaggle_lane.Options(
