@@ -187,11 +187,19 @@ def read_log(path: Path) -> str:
     try:
         entries = json.loads(text)
     except ValueError:
-        pieces = re.findall(r'"data"\s*:\s*("(?:[^"\\]|\\.)*")', text)
-        return "".join(json.loads(p) for p in pieces) if pieces else text
+        pieces = [_string(p) for p in re.findall(r'"data"\s*:\s*("(?:[^"\\]|\\.)*")', text)]
+        return "".join(pieces) if pieces else text
     if not isinstance(entries, list):
         return text
     return "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
+
+
+def _string(literal: str) -> str:
+    """A JSON string literal's text (its raw text if it holds an escape JSON does not know)."""
+    try:
+        return json.loads(literal)
+    except ValueError:
+        return literal[1:-1]
 
 
 def _failed_lesson(out: Path, log: str) -> str:
@@ -295,7 +303,9 @@ class KaggleRun:
             try:
                 self.api.authenticate()
             except SystemExit:  # an inactive token, and nothing else to try
-                raise _refused(f"the API token in {self.source}", "inactive") from None
+                token = self.source in ("KAGGLE_API_TOKEN", *TOKEN_FILES)
+                what = "the API token" if token else "the credentials"
+                raise _refused(f"{what} in {self.source}", "inactive") from None
             except OSError as err:
                 if _status_code(err) in (401, 403):
                     raise _refused(
