@@ -443,17 +443,18 @@ class KaggleRun:
             return finish(record, self.folder, run_id)
         log_file = out / f"{self.ref.split('/')[1]}.log"
         log = read_log(log_file)
+        tail = log_tail(log) or "    (empty: the kernel printed nothing)"
         name = status.status.name
         if name == "COMPLETE":
             raise Stop(
                 f"The kernel {self.ref} completed without writing a record ({kernel_url(self.ref)}"
-                f"). Last lines of its log ({log_file}):\n{log_tail(log) or '    (no log)'}",
+                f"). Last lines of its log ({log_file}):\n{tail}",
                 "the kernel completed without a record.",
             )
         raise Stop(
             f"The kernel {self.ref} ended in {name} ({status.failure_message or 'no message'}) "
             f"without a record ({kernel_url(self.ref)}). Failing lesson: "
-            f"{_failed_lesson(out, log)}. Last lines of its log ({log_file}):\n{log_tail(log)}",
+            f"{_failed_lesson(out, log)}. Last lines of its log ({log_file}):\n{tail}",
             f"the kernel ended in {name}.",
         )
 
