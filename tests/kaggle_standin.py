@@ -11,7 +11,13 @@ Fields are those of kagglesdk 0.1.38's types (``kernels/types/kernels_api_servic
 ``security/types/oauth_service.py``): durations as ``"<seconds>s"``, enums by name. What the
 kernel would do is played from a :class:`Scenario`: the statuses in turn, the push's ``error``,
 the quota, and the outputs, made when the push arrives from the pushed script's commit and run
-id, as the driver on a TPU host would write them. Every request is kept in ``received``.
+id, as the driver on a TPU host would write them. Every request is kept in ``received`` (the
+files' GETs too, as ``GET /files/NAME``).
+
+The faults Kaggle's servers really produce are played from ``Scenario.faults``: for a method (or
+``"download"``, the GET of an output file), a list consumed one per request, each an HTTP status
+to answer with, ``"drop"`` (close the connection without an answer) or ``"hang"`` (wait
+``hang_seconds`` or until the stand-in stops, then close the connection unanswered).
 """
 
 from __future__ import annotations
@@ -43,6 +49,13 @@ class Scenario:
     outputs: object = None
     log: list[dict] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)  # outputs of a run pushed earlier
+    token_refusal: str = "inactive"  # or "401": how IntrospectToken answers a token it refuses
+    faults: dict[str, list] = field(default_factory=dict)
+    hang_seconds: float = 30.0
+    # The newest session's listing still shows the earlier outputs (``files``) to a request that
+    # names no version; one asking for the pushed version gets its own.
+    lagging_outputs: bool = False
+    log_text: str | None = None  # the log as served (default: ``log`` as JSON)
 
 
 class KaggleStandIn:
@@ -54,6 +67,9 @@ class KaggleStandIn:
         self.files: dict[str, bytes] = dict(scenario.files)
         self.status_calls = 0
         self.deleted: list[str] = []
+        self.earlier: dict[str, bytes] = dict(scenario.files)
+        self.faults = {k: list(v) for k, v in scenario.faults.items()}
+        self._release = threading.Event()
         self._server = ThreadingHTTPServer(ADDRESS, self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -62,12 +78,22 @@ class KaggleStandIn:
         return self
 
     def __exit__(self, *exc):
+        self._release.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
 
     def calls(self, method: str) -> list[dict]:
         return [r["body"] for r in self.received if r["path"].endswith("/" + method)]
+
+    def fault(self, method: str):
+        """The next fault planned for ``method`` (None: answer normally); waits out a hang."""
+        planned = self.faults.get(method)
+        fault = planned.pop(0) if planned else None
+        if fault == "hang":  # then no answer: the client has given up waiting by now
+            self._release.wait(self.scenario.hang_seconds)
+            return "drop"
+        return fault
 
     # --- the answers -------------------------------------------------------------------------
 
@@ -81,6 +107,8 @@ class KaggleStandIn:
     def answer(self, method: str, body: dict, auth: str) -> tuple[int, dict]:
         if method == "IntrospectToken":
             active = bool(self.scenario.token) and body.get("token") == self.scenario.token
+            if not active and self.scenario.token_refusal == "401":
+                return 401, {"code": 401, "message": "Unauthenticated"}
             return 200, {"active": active, "username": USER if active else ""}
         if not self._authorised(auth):
             return 401, {"code": 401, "message": "Unauthenticated"}
@@ -101,8 +129,14 @@ class KaggleStandIn:
                 answer["failureMessage"] = self.scenario.failure_message
             return 200, answer
         if method == "ListKernelSessionOutput":
-            files = [{"url": f"http://localhost/files/{n}", "fileName": n} for n in self.files]
-            return 200, {"files": files, "log": json.dumps(self.scenario.log)}
+            lagging = self.scenario.lagging_outputs and not body.get("versionLabel")
+            served, where = (self.earlier, "earlier/") if lagging else (self.files, "")
+            files = [{"url": f"http://localhost/files/{where}{n}", "fileName": n} for n in served]
+            log = self.scenario.log_text
+            return 200, {
+                "files": files,
+                "log": json.dumps(self.scenario.log) if log is None else log,
+            }
         if method == "DeleteKernel":
             self.deleted.append(f"{body['userName']}/{body['kernelSlug']}")
             return 200, {}
@@ -134,13 +168,32 @@ class KaggleStandIn:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 auth = self.headers.get("Authorization", "")
                 standin.received.append({"path": self.path, "body": body})
-                code, answer = standin.answer(self.path.rsplit("/", 1)[-1], body, auth)
+                method = self.path.rsplit("/", 1)[-1]
+                if self._faulted(standin.fault(method)):
+                    return
+                code, answer = standin.answer(method, body, auth)
                 self._send(code, json.dumps(answer).encode(), "application/json")
 
+            def _faulted(self, fault) -> bool:
+                if fault == "drop":
+                    self.close_connection = True
+                    return True
+                if isinstance(fault, int):
+                    answer = {"code": fault, "message": f"stand-in fault {fault}"}
+                    self._send(fault, json.dumps(answer).encode(), "application/json")
+                    return True
+                return False
+
             def do_GET(self):  # noqa: N802
+                standin.received.append({"path": f"GET {self.path}", "body": {}})
+                if self._faulted(standin.fault("download")):
+                    return
                 name = self.path.removeprefix("/files/")
-                if name in standin.files:
-                    self._send(200, standin.files[name], "application/octet-stream")
+                files = standin.files
+                if name.startswith("earlier/"):
+                    name, files = name.removeprefix("earlier/"), standin.earlier
+                if name in files:
+                    self._send(200, files[name], "application/octet-stream")
                 else:
                     self._send(404, b"not found", "text/plain")
 

@@ -2,7 +2,9 @@
 
 The fixture tests/data/hardware-record-tpu.json is built from the schema as a Kaggle run on TPU
 devices would write it (lessons 00 to 05 passed, 06 failed, the self-test passed): it must turn
-exactly the Kaggle route and those six lessons to "verified", and nothing else.
+exactly the Kaggle route and those six lessons to "verified", and nothing else. The fixture
+tests/data/hardware-record-tpu-quick.json is a quick run's (``--quick``: the route, lesson 01, the
+self-test, passed): it must turn the Kaggle route, and nothing else, to "verified".
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ import sync_notebooks  # noqa: E402
 from hardware.driver import selftest_figures  # noqa: E402
 from notebook_files import notebook_paths, settings  # noqa: E402
 
-from hardware import records  # noqa: E402
+from hardware import driver, records  # noqa: E402
 
 FIXTURE = json.loads((ROOT / "tests" / "data" / "hardware-record-tpu.json").read_text())
 PASSED = [r["notebook"] for r in FIXTURE["lessons"] if r["status"] == "passed"]
+QUICK = json.loads((ROOT / "tests" / "data" / "hardware-record-tpu-quick.json").read_text())
+KAGGLE_ROUTE_ONLY = {
+    "Colab, TPU runtime": "no",
+    "Kaggle, TPU VM v5e-8": "yes (Kaggle, 2026-01-03, commit 89abcde)",
+    "Google Cloud TPU VM": "no",
+}
 FAST_LESSON = "07"  # the quickest lesson in smoke mode (about 20 s), for the end-to-end run
 
 
@@ -86,6 +94,78 @@ def test_a_failed_self_test_leaves_the_route_unverified_but_not_its_passed_lesso
     record = {**FIXTURE, "selftest": {**FIXTURE["selftest"], "passed": False}}
     assert records.verified_routes([record]) == {}
     assert records.lesson_status(PASSED[0], [record]).startswith("verified on a TPU")
+
+
+def test_a_quick_record_verifies_the_route_and_no_lesson_not_even_the_one_it_ran():
+    assert records.problems(QUICK) == [] and records.device_kind(QUICK) == "TPU"
+    assert records.counts_for_route(QUICK) and not records.counts(QUICK)
+    assert route_rows(readme_with([QUICK])) == KAGGLE_ROUTE_ONLY
+    assert [r["notebook"] for r in QUICK["lessons"]] == ["01_tpu_detection_and_connection.ipynb"]
+    assert all(records.lesson_status(p.name, [QUICK]) == records.NOT_YET for p in notebook_paths())
+    page = records.page([QUICK])
+    assert "| quick |" in page and "the route only (a quick run)" in page
+    assert "| self-test: uint8_input | pass | 6.4 |" in page  # each check with its time
+    assert "| reference script | skipped |" in page
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"selftest": {**QUICK["selftest"], "passed": False}},
+        {"devices": [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(8)]},
+        {"tensorflow": "2.20.0"},
+    ],
+    ids=["self-test-failed", "cpu-devices", "other-tensorflow"],
+)
+def test_a_quick_record_that_failed_or_is_off_a_tpu_verifies_nothing(change):
+    record = {**QUICK, **change}
+    assert set(route_rows(readme_with([record])).values()) == {"no"}
+    assert "the route only" not in records.page([record])
+
+
+def test_a_quick_record_does_not_hide_an_older_full_one():
+    both = [FIXTURE, QUICK]
+    assert (
+        route_rows(readme_with(both))["Kaggle, TPU VM v5e-8"]
+        == KAGGLE_ROUTE_ONLY["Kaggle, TPU VM v5e-8"]
+    )  # the newest record that verifies the route names it
+    assert records.lesson_status(PASSED[1], both).startswith("verified on a TPU")
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"mode": "fast"}, "mode is not one of"),
+        ({"steps": [{"step": "route", "status": "passed"}]}, "step row lacks seconds"),
+    ],
+)
+def test_a_record_with_a_bad_mode_or_step_is_not_valid(change, problem):
+    assert any(problem in found for found in records.problems({**QUICK, **change}))
+
+
+def test_the_quick_driver_runs_the_route_lesson_01_the_self_test_and_the_script_hook(
+    tmp_path, monkeypatch
+):
+    ran = []
+    monkeypatch.setattr(driver, "_run", lambda command, log, **kw: ran.append(command) or 0)
+    route = {"step": "route", "status": "passed", "seconds": 1.0, "detail": "installed r"}
+    monkeypatch.setattr(driver, "install", lambda platform, out: ("r", route))
+    args = ["--platform", "kaggle", "--out", str(tmp_path), "--commit", "0" * 40, "--quick"]
+    code = driver.main([*args, "--run-id", "kaggle-quick-test"])
+    lessons, selftest = ran[0], ran[1]
+    assert "--only=01" in lessons and "--smoke" not in lessons  # lesson 01, in full
+    assert "helpers.selftest" in selftest and "--smoke" not in selftest
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert record["mode"] == "quick" and records.problems(record) == []
+    steps = {s["step"]: s for s in record["steps"]}
+    assert list(steps)[:2] == ["route", "lessons"] and steps["connect"]["status"] == "did not run"
+    if not (ROOT / "train_tpu.py").exists():  # the hook waits for the reference script
+        assert steps["reference script"]["status"] == "skipped"
+        assert "train_tpu is not in commit" in steps["reference script"]["detail"]
+        assert len(ran) == 2
+    else:
+        assert ran[2][-2:] == ["train_tpu", "--smoke"]
+    assert code == 1  # nothing ran for real here: no summary, no self-test report
 
 
 def test_with_no_records_everything_says_not_yet_run_on_a_tpu():

@@ -38,6 +38,7 @@ import contextlib
 import functools
 import sys
 
+import numpy as np
 import tensorflow as tf
 
 from helpers import loops, pipelines, selftest
@@ -71,6 +72,7 @@ PLANTED = {
         make_steps=functools.partial(loops.make_train_steps, average_loss=per_replica_mean),
     ),
     "bfloat16": functools.partial(checks.bfloat16_matmul, dtype=tf.float32),  # (05)
+    "uint8_input": functools.partial(checks.uint8_input, dtype=np.float32),  # host-cast (00, 06)
     "input_pipeline": functools.partial(speed.input_pipeline, build=batches_of_any_size),
     "checkpoint": functools.partial(checks.checkpoint, restore=restores_nothing),
 }
@@ -86,6 +88,7 @@ PLANTED_SAYS = {
     "fit": ("differs from one device", "matches one device"),
     "replica_equivalence": ("DIFFERENT weights", "same weights"),
     "bfloat16": ("the output is float32, not bfloat16", "bfloat16 output"),
+    "uint8_input": ("the step was fed float32 pixels into a uint8 input", "uint8 pixels trained"),
     "input_pipeline": ("not one static shape", "static batches of"),
     "checkpoint": ("the restore did not bring them back", "identical"),
 }
@@ -210,6 +213,9 @@ def test_each_check_carries_the_evidence_of_its_lesson(clean):
     bf16 = c["bfloat16"]["evidence"]
     assert bf16["output_dtype"] == "bfloat16"
     assert 0 < bf16["bfloat16_relative_error"] <= bf16["bfloat16_epsilon"]
+    uint8 = c["uint8_input"]["evidence"]
+    assert uint8["fed_dtype"] == uint8["model_input_dtype"] == "uint8"
+    assert math.isfinite(uint8["loss"]) and uint8["largest_update"] > 0
     pipe = c["input_pipeline"]["evidence"]
     assert None not in pipe["batch_shape"] and pipe["examples_per_second"] > 0
     ckpt = c["checkpoint"]["evidence"]
@@ -337,6 +343,24 @@ JUDGES = {
             ({"output_dtype": "float32"}, "the output is float32, not bfloat16"),
             ({"bfloat16_relative_error": 0.5}, "above bfloat16's epsilon"),
             ({"bfloat16_relative_error": 1e-7}, "did not round to bfloat16"),
+        ],
+    ),
+    "uint8_input": (
+        checks.judge_uint8_input,
+        {
+            "fed_dtype": "uint8",
+            "model_input_dtype": "uint8",
+            "replicas": 8,
+            "steps": 6,
+            "steps_per_execution": 6,
+            "loss": 1.9,
+            "largest_update": 0.06,
+        },
+        "uint8 pixels trained 6 steps on 8 replica(s) (steps_per_execution=6)",
+        [
+            ({"fed_dtype": "float32"}, "the step was fed float32 pixels into a uint8 input"),
+            ({"loss": float("nan")}, "the loss is not finite"),
+            ({"largest_update": 0.0}, "the weights did not move"),
         ],
     ),
     "input_pipeline": (

@@ -44,6 +44,9 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
     ),
     Check("bfloat16", "bfloat16 matmul", "05", (5, 10), checks.bfloat16_matmul),
     Check("input_pipeline", "Input pipeline throughput", "06", (10, 20), speed.input_pipeline),
+    Check(
+        "uint8_input", "uint8 pixels into a training step", "00, 06", (15, 30), checks.uint8_input
+    ),
     Check("checkpoint", "Checkpoint restored onto one device", "08", (10, 15), checks.checkpoint),
     Check(
         "matmul_rate", "Matmul rate against the published peak", "05", (10, 15), speed.matmul_rate

@@ -2,7 +2,8 @@
 
 Each is a short, real run of what a notebook teaches, with the evidence that it worked:
 connect (01), variables on every replica (02), a few ``fit`` steps (03), a custom loop on N
-replicas against one (04), a bfloat16 matmul (05) and a checkpoint restored onto one device (08).
+replicas against one (04), a bfloat16 matmul (05), uint8 pixels into a training step (00, 06) and
+a checkpoint restored onto one device (08).
 The speed checks are in :mod:`helpers.selftest.speed`.
 
 Each check measures, then hands its evidence to a ``judge_*`` function, which decides the status
@@ -37,8 +38,10 @@ __all__ = [
     "judge_connect",
     "judge_fit",
     "judge_replica_equivalence",
+    "judge_uint8_input",
     "judge_variables",
     "replica_equivalence",
+    "uint8_input",
     "variables",
 ]
 
@@ -341,6 +344,63 @@ def judge_bfloat16(evidence: dict) -> Outcome:
     success = (
         f"bfloat16 output, relative error {low:.2g} ({low / epsilon:.2f} x bfloat16's epsilon; "
         f"float32: {high:.2g})"
+    )
+    return judged(problems, success, evidence)
+
+
+def uint8_input(context: Context, *, dtype=None) -> Outcome:
+    """uint8 pixels fed into ``fit`` steps under the strategy, scaled on the device by the
+    model's first layer (the recipe of notebooks 00 and 06): the step takes them, the loss is
+    finite and the weights move. In 2020 TensorFlow's TPU team answered "uint8, which isn't
+    supported on TPU. You can cast to uint32" (tensorflow/tensorflow#37426); XLA has supported u8
+    on TPU since August 2020 (jax-ml/jax#4011). Whether TPUStrategy takes uint8 today is
+    unverified on hardware: a report from a TPU answers it; the fallback is to cast on the host.
+    ``dtype`` replaces the uint8 fed to the step. Run by the self-test of notebook 00."""
+    import keras
+
+    strategy = context.need_strategy()
+    images = context.images()
+    replicas, global_batch = context.replicas, 16 * context.replicas
+    steps = context.size(2, 6)
+    choice = fitting.steps_per_execution_for(strategy, steps)
+    pixels = np.round(images.x_train * 255).astype(dtype or np.uint8)
+    with strategy.scope():
+        model = models.build_classifier(images.image_shape, seed=31, input_dtype="uint8")
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-2),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            steps_per_execution=choice.value,
+        )
+    before = model.get_weights()
+    train = data.make_dataset(pixels, images.y_train, global_batch, replicas=replicas)
+    history = model.fit(train, epochs=1, steps_per_epoch=steps, verbose=0)
+    evidence = {
+        "fed_dtype": train.element_spec[0].dtype.name,
+        "model_input_dtype": str(model.inputs[0].dtype),
+        "replicas": replicas,
+        "steps": steps,
+        "steps_per_execution": choice.value,
+        "loss": float(history.history["loss"][-1]),
+        "largest_update": _max_difference(model.get_weights(), before),
+        "fallback": "cast to float32 on the host (tensorflow/tensorflow#37426)",
+    }
+    return judge_uint8_input(evidence)
+
+
+def judge_uint8_input(evidence: dict) -> Outcome:
+    """Status and summary of :func:`uint8_input` from its evidence. Taught in notebook 00."""
+    fed, taken, loss = evidence["fed_dtype"], evidence["model_input_dtype"], evidence["loss"]
+    problems = []
+    if fed != "uint8" or taken != "uint8":
+        problems.append(f"the step was fed {fed} pixels into a {taken} input, not uint8")
+    if not math.isfinite(loss):
+        problems.append(f"the loss is not finite: {loss}")
+    if not evidence["largest_update"] > 0:
+        problems.append("the weights did not move: the steps trained nothing")
+    success = (
+        f"uint8 pixels trained {evidence['steps']} steps on {evidence['replicas']} replica(s) "
+        f"(steps_per_execution={evidence['steps_per_execution']}): loss {loss:.3f}, largest "
+        f"weight update {evidence['largest_update']:.2g}"
     )
     return judged(problems, success, evidence)
 

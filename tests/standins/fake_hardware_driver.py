@@ -19,6 +19,7 @@ parser = argparse.ArgumentParser()
 for name in ("--platform", "--out", "--commit", "--run-id"):
     parser.add_argument(name, required=True)
 parser.add_argument("--smoke", action="store_true")
+parser.add_argument("--quick", action="store_true")
 parser.add_argument("--only", action="append", default=[])
 args = parser.parse_args()
 head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -30,7 +31,11 @@ if os.environ.get("FAKE_DRIVER") == "crash":
 fixture = Path(__file__).resolve().parents[1] / "data" / "hardware-record-tpu.json"
 record = json.loads(fixture.read_text())
 record.update(platform=args.platform, commit=args.commit, run_id=args.run_id, python="3.13.5")
-record.update(tensorflow="2.20.0", libtpu="0.0.14", mode="smoke" if args.smoke else "full")
+record.update(
+    tensorflow="2.20.0",
+    libtpu="0.0.14",
+    mode="quick" if args.quick else "smoke" if args.smoke else "full",
+)
 record["lessons"] = [{**row, "status": "passed"} for row in record["lessons"]]
 Path(args.out).mkdir(parents=True, exist_ok=True)
 (Path(args.out) / "record.json").write_text(json.dumps(record, indent=2))

@@ -1,5 +1,6 @@
 """``python -m tools.hardware kaggle|colab|local``: run every lesson on a TPU host, keep a record.
 
+    python -m tools.hardware kaggle --quick    # first light: the route, the self-test, lesson 01
     python -m tools.hardware kaggle            # a private kernel on Kaggle's TPU v5e-8
     python -m tools.hardware kaggle --collect OWNER/SLUG   # a run started earlier
     python -m tools.hardware colab             # `colab run --tpu v5e1` (signed in once)
@@ -36,12 +37,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tools.hardware", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("platform", choices=("kaggle", "colab", "local"))
-    parser.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
+    mode.add_argument(
+        "--quick",
+        action="store_true",
+        help="first light: the route, the self-test and lesson 01 only (verifies the route only)",
+    )
     parser.add_argument("--only", action="append", default=[], help="a lesson number prefix")
     parser.add_argument("--records", help="where the record goes (default: see above)")
     parser.add_argument("--out", help="the folder of each run's outputs (default: build/hardware)")
     parser.add_argument(
-        "--limit-hours", type=float, default=9.0, help="wall-clock limit of the run (default 9)"
+        "--limit-hours",
+        type=float,
+        help="wall-clock limit of the run (default 9; 1 with --quick)",
     )
     parser.add_argument("--poll", type=float, default=30.0, help="first status poll, seconds")
     parser.add_argument(
@@ -51,20 +60,33 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="seconds an end state seen before the run started is taken for the previous run",
     )
     parser.add_argument("--collect", default="", help="kaggle: OWNER/SLUG of an earlier run")
+    parser.add_argument(
+        "--api-timeout", type=float, default=60.0, help="kaggle: seconds a request may take"
+    )
+    parser.add_argument(
+        "--api-retries",
+        type=int,
+        default=8,
+        help="kaggle: retries in a row of a failing status or download call (back-off from "
+        "--poll, doubling to 5 min: about 27 min with the defaults) before the lane stops",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    run = Run(args.platform, smoke=args.smoke, only=args.only)
+    run = Run(args.platform, smoke=args.smoke, only=args.only, quick=args.quick)
     if args.out:
         run.parent = Path(args.out).resolve()
     default = records.LOCAL_RECORDS if args.platform == "local" else records.RECORDS
     folder = Path(args.records) if args.records else default
-    limit = args.limit_hours * 3600
+    limit = (args.limit_hours or (1.0 if args.quick else 9.0)) * 3600
     try:
         if args.platform == "kaggle":
-            return kaggle_lane.main(run, folder, limit, args.poll, args.stale_grace, args.collect)
+            options = kaggle_lane.Options(
+                limit, args.poll, args.stale_grace, args.api_timeout, args.api_retries
+            )
+            return kaggle_lane.main(run, folder, options, args.collect)
         if args.platform == "colab":
             return colab_lane.main(run, folder, limit)
         return local(run, folder)

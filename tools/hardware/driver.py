@@ -1,7 +1,7 @@
 """The hardware run, on the TPU host: route, lessons, self-test, and one record.
 
     python -m tools.hardware.driver --platform kaggle --out /kaggle/working/hardware-run \\
-        --commit SHA --run-id ID [--smoke] [--only NN ...]
+        --commit SHA --run-id ID [--smoke | --quick] [--only NN ...]
 
 Run from a checkout of the commit under test (``hardware.kernel`` makes one on the host). In
 order, each step's output in ``OUT``:
@@ -15,7 +15,12 @@ order, each step's output in ``OUT``:
    (``lessons/executed``, ``lessons/summary.json``, ``lessons.log``);
 3. the self-test, ``python -m helpers.selftest`` (``self-test/tpu-self-test.json``);
 4. ``devices.json`` (the self-test's view of the accelerator), ``pip-freeze.txt`` and
-   ``record.json`` (``hardware.records``).
+   ``record.json`` (``hardware.records``), whose ``steps`` say what each step showed and how long
+   it took: the route installed, the lessons, the TPU connected, each self-test check.
+
+``--quick`` is the first light: the route, lesson 01 and the self-test (both in full), and the
+reference script's ``--smoke`` run once the commit has it (:func:`reference_script`); its record
+can verify the platform's route and nothing else (``hardware.records``).
 
 Exit status: 0 every lesson passed, 1 a lesson or the self-test failed, 2 no record. The last
 line printed is the record's path. This process never imports TensorFlow.
@@ -41,6 +46,10 @@ ROOT = records.ROOT
 # pins of requirements-tools.txt; a TPU image has some of them at other versions, or none).
 RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof", "scikit-learn")
 PASSED = ("passed", "cached")
+QUICK_LESSONS = ("01",)
+# The reference script a learner takes home (being written on its own branch): the quick run
+# runs its smoke mode as soon as the commit under test has it, and records why not until then.
+REFERENCE_SCRIPT = "train_tpu"
 
 
 def _run(command: list[str], log: Path, **kwargs) -> int:
@@ -64,25 +73,68 @@ def _pins(names: tuple[str, ...]) -> list[str]:
     return [line for line in lines if line.split("==")[0].strip().lower() in wanted]
 
 
-def install(platform: str, out: Path) -> str | None:
-    """Step 1; returns the route installed (its name), or None when nothing had to be."""
+def _step(name: str, status: str, began: float, detail: str) -> dict:
+    return {
+        "step": name,
+        "status": status,
+        "seconds": round(time.perf_counter() - began, 1),
+        "detail": detail,
+    }
+
+
+def install(platform: str, out: Path) -> tuple[str | None, dict]:
+    """Step 1: the route installed (its name, or None when nothing had to be), and its step."""
     log = out / "install.log"
-    taken = None
+    began = time.perf_counter()
+    taken, status, detail = None, "passed", "nothing to install: TensorFlow can drive what is here"
     try:
         runtime.ensure_tensorflow(install=platform != "local")  # local never installs a route
     except runtime.RestartRequired as done:  # installed: the lessons' fresh kernels load it
         print(done, flush=True)
         taken = (routes.installed_route() or {}).get("name")
+        detail = f"installed {taken}"
     except runtime.TPUUnusableError as err:  # no route: run anyway, the record will say so
         print(err, flush=True)
+        status, detail = "failed", str(err).splitlines()[0]
     if platform == "local":
-        return taken
+        return taken, _step("route", "skipped", began, "local installs nothing")
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     if _run([*pip, *_pins(RUNNER_PACKAGES)], log) or _run(
         [*pip, "--no-deps", "-e", str(ROOT)], log
     ):
         raise SystemExit(f"pip failed: see {log}")
-    return taken
+    return taken, _step("route", status, began, detail)
+
+
+def reference_script(args, env: dict) -> dict:
+    """THE REFERENCE SCRIPT HOOK (quick runs): ``python -m train_tpu --smoke`` when it exists.
+
+    Until the commit under test has the module, the step is recorded as skipped with the reason,
+    so the first quick run after it lands runs it with no change here.
+    """
+    began = time.perf_counter()
+    if not (ROOT / f"{REFERENCE_SCRIPT}.py").exists() and not (ROOT / REFERENCE_SCRIPT).is_dir():
+        reason = f"{REFERENCE_SCRIPT} is not in commit {args.commit[:12]}: nothing to run yet"
+        return _step("reference script", "skipped", began, reason)
+    command = [sys.executable, "-m", REFERENCE_SCRIPT, "--smoke"]
+    code = _run(command, args.out / "reference-script.log", env=env, cwd=ROOT)
+    detail = f"python -m {REFERENCE_SCRIPT} --smoke exited {code}"
+    return _step("reference script", "passed" if code == 0 else "failed", began, detail)
+
+
+def selftest_steps(report: dict | None) -> list[dict]:
+    """The TPU connecting, then each other self-test check: its status and seconds."""
+    if report is None:
+        return [{"step": "connect", "status": "did not run", "seconds": 0, "detail": ""}]
+    return [
+        {
+            "step": "connect" if c["key"] == "connect" else f"self-test: {c['key']}",
+            "status": c["status"],
+            "seconds": c["seconds"],
+            "detail": c.get("error") or c.get("summary", ""),
+        }
+        for c in report.get("checks", [])
+    ]
 
 
 def selftest_figures(report: dict) -> dict:
@@ -104,8 +156,8 @@ def _read_json(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
-def build_record(args, route: str | None, wall: float) -> dict:
-    """``record.json`` from what the steps left in ``args.out``."""
+def build_record(args, route: str | None, wall: float, steps: list[dict] = ()) -> dict:
+    """``record.json`` from what the steps left in ``args.out`` (and the ``steps`` timed)."""
     summary = _read_json(args.out / "lessons" / "summary.json") or {"rows": []}
     report = _read_json(args.out / "self-test" / "tpu-self-test.json")
     env = (report or {}).get("environment", {})
@@ -115,7 +167,7 @@ def build_record(args, route: str | None, wall: float) -> dict:
         "version": records.VERSION,
         "run_id": args.run_id,
         "platform": args.platform,
-        "mode": "smoke" if args.smoke else "full",
+        "mode": "quick" if args.quick else "smoke" if args.smoke else "full",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": args.commit,
         "accelerator": env.get("accelerator_type", "unknown: the self-test did not run"),
@@ -140,7 +192,9 @@ def build_record(args, route: str | None, wall: float) -> dict:
             "passed": report["passed"],
             "verdicts": {c["key"]: c["status"] for c in report["checks"]},
             "figures": selftest_figures(report),
+            "seconds": {c["key"]: c["seconds"] for c in report["checks"]},
         },
+        "steps": [*steps[:2], *selftest_steps(report), *steps[2:]],  # in the order they ran
         "wall_seconds": round(wall, 1),
     }
 
@@ -151,7 +205,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--commit", required=True, help="the commit this checkout is")
     parser.add_argument("--run-id", required=True, help="names this run in its record")
-    parser.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
+    mode.add_argument("--quick", action="store_true", help="the route, lesson 01, the self-test")
     parser.add_argument("--only", action="append", default=[], help="lesson number prefix")
     parser.add_argument("--cell-timeout", type=int, default=1800)
     return parser.parse_args(argv)
@@ -162,19 +218,24 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    print(f"Hardware run {args.run_id} on {args.platform}, commit {args.commit}", flush=True)
-    route = install(args.platform, args.out)
+    mode = " (quick: the route, lesson 01, the self-test)" if args.quick else ""
+    print(f"Hardware run {args.run_id} on {args.platform}{mode}, commit {args.commit}", flush=True)
+    route, installed = install(args.platform, args.out)
     env = processes.child_env({"PYTHONPATH": str(ROOT)}, cpu_only=False)
+    only = args.only or (list(QUICK_LESSONS) if args.quick else [])
     lessons = [sys.executable, str(ROOT / "tools" / "run_notebooks.py"), "--out"]
     lessons += [str(args.out / "lessons"), "--cell-timeout", str(args.cell_timeout)]
-    lessons += [*(["--smoke"] if args.smoke else []), *(f"--only={n}" for n in args.only)]
-    _run(lessons, args.out / "lessons.log", env=env, cwd=ROOT)
+    lessons += [*(["--smoke"] if args.smoke else []), *(f"--only={n}" for n in only)]
+    step = time.perf_counter()
+    code = _run(lessons, args.out / "lessons.log", env=env, cwd=ROOT)
+    ran = _step("lessons", "passed" if code == 0 else "failed", step, ", ".join(only) or "all")
     selftest = [sys.executable, "-m", "helpers.selftest", "--out", str(args.out / "self-test")]
     selftest += [*(["--smoke"] if args.smoke else []), "--no-install"]
     _run(selftest, args.out / "self-test.log", env=env, cwd=ROOT)
+    steps = [installed, ran, *([reference_script(args, env)] if args.quick else [])]
     freeze = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True)
     (args.out / "pip-freeze.txt").write_text(freeze.stdout, encoding="utf-8")
-    record = build_record(args, route, time.perf_counter() - began)
+    record = build_record(args, route, time.perf_counter() - began, steps)
     (args.out / "devices.json").write_text(json.dumps(record["devices"], indent=2) + "\n")
     path = args.out / "record.json"
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -183,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         failed.append("the lessons (the runner wrote no summary)")
     if not (record["selftest"] or {}).get("passed"):
         failed.append("the self-test")
-    print(f"Failed: {', '.join(failed)}" if failed else "Every lesson and the self-test passed.")
+    failed += [s["step"] for s in steps if s["status"] == "failed" and s["step"] != "lessons"]
+    print(f"Failed: {', '.join(failed)}" if failed else "Every step run passed.")
     print(path)
     return 1 if failed else 0
 

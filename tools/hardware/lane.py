@@ -33,6 +33,7 @@ class Run:
 
     platform: str
     smoke: bool = False
+    quick: bool = False
     only: list[str] = field(default_factory=list)
     commit: str = ""
     stamp: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
@@ -49,7 +50,8 @@ class Run:
 
     def driver_args(self) -> list[str]:
         """The driver's options besides platform, folder, commit and run id."""
-        return [*(["--smoke"] if self.smoke else []), *(f"--only={n}" for n in self.only)]
+        flags = [*(["--smoke"] if self.smoke else []), *(["--quick"] if self.quick else [])]
+        return [*flags, *(f"--only={n}" for n in self.only)]
 
 
 def checked_commit() -> str:
@@ -92,11 +94,20 @@ def finish(path: Path, folder: Path, run_id: str | None = None) -> int:
         f"self-test {'passed' if selftest.get('passed') else 'failed or did not run'}; "
         f"{len(record['devices'])} {kind} device(s) ({record['accelerator']})."
     )
+    for step in record.get("steps", []):
+        print(f"  {step['step']}: {step['status']} in {step['seconds']} s. {step['detail']}")
     if failed:
         print("Failed:", ", ".join(failed))
     if kind != "TPU":
         print(f"The devices were {kind}s: a dry run, which verifies nothing.")
     elif records.counts(record):
         print("This record verifies on a TPU: `make sync` updates the README's route table.")
+    elif records.counts_for_route(record) and selftest.get("passed"):
+        print(
+            "This quick record verifies the route on a TPU, and no lesson: `make sync` updates "
+            "the README's route table; a full run verifies the lessons."
+        )
     print(stored)
-    return 0 if record["lessons"] and not failed and selftest.get("passed") else 1
+    steps_failed = any(s["status"] == "failed" for s in record.get("steps", []))
+    passed = record["lessons"] and not failed and selftest.get("passed") and not steps_failed
+    return 0 if passed else 1

@@ -7,12 +7,20 @@ on this machine, ``local``, goes to ``build/hardware/records/`` and is never com
 The rule that decides every "verified on a TPU" word (README's route table, the book's routes
 page, each lesson page and the "Verified on hardware" page):
 
-- a record counts only if its devices are TPUs, it ran the lessons in full (not the quick
-  versions), and its Python and TensorFlow are those of its platform's route today
-  (``helpers.routes``): a record of an older route verifies nothing any more;
-- such a record verifies its platform's route when the self-test passed in it, and each lesson
-  that passed in it;
+- a record counts only if its devices are TPUs, and its Python and TensorFlow are those of its
+  platform's route today (``helpers.routes``): a record of an older route verifies nothing any
+  more;
+- a full record (every lesson run in full, not the quick versions) that counts verifies its
+  platform's route when the self-test passed in it, and each lesson that passed in it;
+- a quick record (``--quick``, the first light: the route, lesson 01, the self-test) that counts
+  verifies its platform's route when the self-test passed in it, and nothing else: no lesson,
+  not even the one it ran, waits on less than a full run;
+- a smoke record (the lessons' quick versions) verifies nothing;
 - a record from CPU devices (``local``, a dry run) is shown, and verifies nothing.
+
+A record may also carry ``steps`` (from schema version 1 on, optional): what each step showed
+and how long it took (the route installed, the lessons, the TPU connected, each self-test check,
+the reference script), each ``{step, status, seconds, detail}``.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ __all__ = [
     "SCHEMA",
     "VERSION",
     "counts",
+    "counts_for_route",
     "device_kind",
     "lesson_status",
     "load",
@@ -69,6 +78,9 @@ FIELDS = {
     "wall_seconds": (int, float),
 }
 LESSON_FIELDS = ("notebook", "status", "seconds", "headline")
+STEP_FIELDS = ("step", "status", "seconds", "detail")
+MODES = ("full", "quick", "smoke")
+ROUTE_MODES = ("full", "quick")  # the modes whose record can verify a route
 DEVICE = re.compile(r"device:([A-Za-z_]+):\d+")
 
 
@@ -86,6 +98,13 @@ def problems(record: dict) -> list[str]:
         found.append("commit is not a full 40-character hash")
     for row in record.get("lessons", []) if isinstance(record.get("lessons"), list) else []:
         found += [f"lesson row lacks {f}" for f in LESSON_FIELDS if f not in row]
+    if record.get("mode") not in MODES:
+        found.append(f"mode is not one of {', '.join(MODES)}")
+    steps = record.get("steps", [])
+    if not isinstance(steps, list):
+        found.append("steps is not a list")
+    for row in steps if isinstance(steps, list) else []:
+        found += [f"step row lacks {f}" for f in STEP_FIELDS if f not in row]
     return found
 
 
@@ -105,17 +124,25 @@ def _route_of(platform: str) -> routes.Route | None:
         return None
 
 
-def counts(record: dict) -> bool:
-    """Whether ``record`` can verify anything (see the module docstring for the rule)."""
+def _on_todays_route(record: dict) -> bool:
     route = _route_of(record["platform"])
     return (
         route is not None
         and device_kind(record) == "TPU"
-        and record["mode"] == "full"
         and ".".join(record["python"].split(".")[:2]) == route.python
         and record["tensorflow_distribution"] == "tensorflow-tpu"
         and record["tensorflow"] == route.release.tensorflow
     )
+
+
+def counts(record: dict) -> bool:
+    """Whether ``record`` can verify lessons (a full run; see the module docstring)."""
+    return record["mode"] == "full" and _on_todays_route(record)
+
+
+def counts_for_route(record: dict) -> bool:
+    """Whether ``record`` can verify its platform's route (a full or a quick run)."""
+    return record["mode"] in ROUTE_MODES and _on_todays_route(record)
 
 
 def _describe(record: dict) -> str:
@@ -134,7 +161,7 @@ def verified_routes(records: list[dict]) -> dict[str, str]:
     found = {}
     for record in _newest_first(records):
         selftest = record["selftest"] or {}
-        if counts(record) and selftest.get("passed") and record["platform"] not in found:
+        if counts_for_route(record) and selftest.get("passed") and record["platform"] not in found:
             found[record["platform"]] = f"yes ({_describe(record)})"
     return found
 
@@ -198,6 +225,27 @@ def _figures(record: dict) -> list[str]:
     return lines
 
 
+def _verifies(record: dict, kind: str) -> str:
+    """The page's "verifies" words for one record."""
+    if counts(record):
+        return "yes"
+    if counts_for_route(record):
+        return "the route only (a quick run)" if (record["selftest"] or {}).get("passed") else "no"
+    return "nothing: a dry run on CPUs" if kind == "CPU" else "no"
+
+
+def _steps(record: dict) -> list[str]:
+    """The record's timed steps as a table (a quick run's evidence), or nothing."""
+    if not record.get("steps"):
+        return []
+    lines = ["| step | status | seconds | what it showed |", "|---|---|---:|---|"]
+    lines += [
+        f"| {s['step']} | {s['status']} | {s['seconds']} | {str(s['detail']).replace('|', '/')} |"
+        for s in record["steps"]
+    ]
+    return [*lines, ""]
+
+
 def page(records: list[dict]) -> str:
     """The book's "Verified on hardware" page body: every record, newest first."""
     if not records:
@@ -215,7 +263,7 @@ def page(records: list[dict]) -> str:
         passed = sum(row["status"] == "passed" for row in r["lessons"])
         selftest = r["selftest"] or {}
         verdict = "passed" if selftest.get("passed") else "failed" if selftest else "did not run"
-        verifies = "yes" if counts(r) else "nothing: a dry run on CPUs" if kind == "CPU" else "no"
+        verifies = _verifies(r, kind)
         lines.append(
             f"| {r['created'][:10]} | {PLATFORM_LABELS.get(r['platform'], r['platform'])} "
             f"| {r['mode']} | {len(r['devices'])} {kind} | {r['accelerator']} | {r['python']} "
@@ -226,6 +274,7 @@ def page(records: list[dict]) -> str:
         lines += ["", f"## {_describe(r)} ({r['mode']} mode, {device_kind(r)} devices)", ""]
         for line in _figures(r):
             lines += [line, ""]
+        lines += _steps(r)
         lines += ["| lesson | status | seconds | result |", "|---|---|---:|---|"]
         lines += [
             f"| {row['notebook'][:2]} | {row['status']} | {row['seconds']} | {row['headline']} |"
