@@ -944,8 +944,9 @@ with strategy.scope():
     spe_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=4)
 (spe,) = readiness.check(ds, spe_model, strategy=strategy, compile_step=False).find("spe-unsupported")
-# A property of the strategy checked with, not of a TPU: a warning that says so.
-assert spe.severity == "warning" and "not on a TPU" in spe.what and "TPUStrategy" in spe.why
+# Only the simulated TPU rejects it: a note that says so, and the TPU's value stays.
+assert spe.severity == "note" and "only the simulated TPU" in spe.what and "TPUStrategy" in spe.why
+assert "Keep it in your TPU code" in spe.fix
 try:
     spe_model.fit(ds, steps_per_epoch=8, epochs=1, verbose=0)
 except tf.errors.InvalidArgumentError as err:
@@ -984,8 +985,22 @@ def test_a_clean_verdict_says_what_it_could_not_check(digits):
     ds = data.make_dataset(*digits, 64, replicas=8)
     report = readiness.check(ds, model, replicas=8)
     assert "model" not in report.checked and report.skipped
-    assert report.clean and "part(s) not checked, see report.skipped" in report.summary()
-    assert "not checked:" in report._repr_html_() and "skipped:" in str(report)
+    summary = report.summary()
+    # No problems, but not everything checked: never "clean"; each skipped part named, and why.
+    assert report.clean and not report.complete and "clean" not in summary
+    assert summary.startswith("TPU readiness: no problems found in what was checked (")
+    assert all(reason in summary for reason in report.skipped), summary
+    assert "not checked:" in report._repr_html_() and "clean" not in report._repr_html_()
+    assert str(report) == summary
+
+
+def test_a_skipped_compile_is_never_clean_and_a_complete_check_is(digits):
+    # The XLA compile skipped (a step updating variables on 8 devices): no "clean" verdict.
+    report = readiness.Report(checked=["dataset", "XLA ops"], skipped=["full XLA compile: why"])
+    assert report.summary().startswith("TPU readiness: no problems found in what was checked")
+    assert report.summary().endswith("not checked: full XLA compile: why")
+    complete = readiness.Report(checked=["dataset", "XLA compile"])
+    assert complete.summary().startswith("TPU readiness: clean, no problems found (")
 
 
 # ----------------------------------------------------------------------- batch sizes it reads
