@@ -675,12 +675,53 @@ def test_variables_a_step_would_create_are_found_however_it_reaches_them():
     )
 
 
+class Accumulator:
+    """Gradient accumulation as trainers write it: variables made on the first call."""
+
+    def __init__(self):
+        self.gradients = []
+
+    def __call__(self, grads):
+        if not self.gradients:
+            self.gradients.extend(tf.Variable(tf.zeros_like(g), trainable=False) for g in grads)
+        for total, g in zip(self.gradients, grads, strict=True):
+            total.assign_add(g)
+
+
+def test_the_trace_names_every_problem_a_variable_made_and_then_an_optimizer_built():
+    model = mlp(128)
+    optimizer = keras.optimizers.Adam(name="late_adam")
+    accumulate = Accumulator()
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        accumulate(grads)  # first: variables made in the step
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))  # then
+        return loss
+
+    report = readiness.check(spec_dataset(), model, step=step, replicas=8)
+    (made,) = report.find("variable-in-step")
+    (unbuilt,) = report.find("optimizer-not-built")
+    assert made.severity == "error" and "test_readiness.py" in made.where, made
+    assert "late_adam" in unbuilt.where and unbuilt.severity == "warning", report.text()
+    # Nothing of the user's kept what the trace went past: no variables, no built optimizer.
+    assert accumulate.gradients == [] and not optimizer.built
+    assert not optimizer.variables or all("stand_in" not in v.path for v in optimizer.variables)
+    assert any("it would create variables" in s for s in report.skipped), report.skipped
+
+
 def test_a_model_with_its_own_train_step_is_traced_as_fit_runs_it():
     model = readiness_public_cases.keras_io_dcgan_train_step(tf.distribute.get_strategy())["model"]
     dataset = tf.data.Dataset.from_tensors(tf.zeros([64, 64, 64, 3])).prefetch(1)
     report = readiness.check(dataset, model, replicas=8)
-    (finding,) = report.find("optimizer-not-built")
-    assert "train_step()" in finding.where and not model.d_optimizer.built, report.text()
+    # Both of its unbuilt optimizers, each named: the trace goes on past the first one.
+    found = report.find("optimizer-not-built")
+    assert len(found) == 2 and all("train_step()" in f.where for f in found), report.text()
+    names = {model.d_optimizer.name, model.g_optimizer.name}
+    assert {n for n in names for f in found if f"Adam '{n}'" in f.where} == names, found
+    assert not model.d_optimizer.built and not model.g_optimizer.built
     # A model of built models: the parts are checked, and the report says which.
     assert "model (built parts: 'discriminator', 'generator')" in report.checked
     assert "tile padding" in report.checked
