@@ -704,7 +704,7 @@ def test_the_trace_names_every_problem_a_variable_made_and_then_an_optimizer_bui
     report = readiness.check(spec_dataset(), model, step=step, replicas=8)
     (made,) = report.find("variable-in-step")
     (unbuilt,) = report.find("optimizer-not-built")
-    assert made.severity == "error" and "test_readiness.py" in made.where, made
+    assert made.severity == "error" and "a tf.Variable" in made.where, made
     assert "late_adam" in unbuilt.where and unbuilt.severity == "warning", report.text()
     # Nothing of the user's kept what the trace went past: no variables, no built optimizer.
     assert accumulate.gradients == [] and not optimizer.built
@@ -1033,6 +1033,18 @@ def test_a_clean_verdict_says_what_it_could_not_check(digits):
     assert all(reason in summary for reason in report.skipped), summary
     assert "not checked:" in report._repr_html_() and "clean" not in report._repr_html_()
     assert str(report) == summary
+
+
+def test_a_padding_share_one_point_from_its_line_is_borderline():
+    from helpers.readiness import _model
+
+    layer = keras.layers.Dense(130, name="wide")
+    near = _model._layer_tiles(mlp(128), layer, "units", 130, 0.49, 0.09)  # 1 point under 10%
+    assert (
+        near.severity == "note" and near.what.endswith("(borderline)") and "Borderline" in near.why
+    )
+    far = _model._layer_tiles(mlp(128), layer, "units", 130, 0.49, 0.30)
+    assert far.severity == "warning" and "borderline" not in (far.what + far.why).lower()
 
 
 def test_a_skipped_compile_is_never_clean_and_a_complete_check_is(digits):

@@ -57,7 +57,9 @@ model (a model of models that is not built itself, e.g. a GAN: its built parts, 
     ``tile-padding``     note: the model's overall padding estimate, when it is large
 step (yours; else the model's own ``train_step`` when its class writes one, as fit() runs it;
 else the model's forward and backward pass), traced once, never run, under a variable creator
-scope that stops the trace where the step would create a variable (nothing is created or built)
+scope that records each variable the step would create and goes on past optimizer slots and
+variables made in the step with stand-ins it discards (what held them gets its attributes back:
+nothing of yours is created or built); a layer or metric building itself stops the trace
     ``replica-equivalence``  note, for your own step: how to prove its loss scaling with
                          ``helpers.loops.check_replica_equivalence``
     ``step-not-traceable``  tracing fails, e.g. ``.numpy()`` on a tensor inside the step (the step
@@ -111,8 +113,9 @@ What it cannot see
 - Bugs of your own step that trace and compile, such as a loss averaged over the per-replica
   batch: the ``replica-equivalence`` note says how to prove the step on real numbers.
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
-- Past the first variable a step would create: the trace stops there, so a step with four unbuilt
-  optimizers names the first, and the rest of that step is checked once they are built.
+- Past a layer or metric that builds itself in the step: the trace stops there (going on would
+  build your model). Past optimizer slots and variables made in the step it goes on and names
+  each, but the rest of the step (side effects, XLA) is checked once they are built.
 - Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
 
 The modules: ``report`` (what a check returns: public); private, called only through

@@ -81,9 +81,9 @@ def _owner(frames) -> tuple[object | None, bool]:
 def _user_line(frames) -> str | None:
     """The innermost line of the user's own code, within the traced step (not its caller)."""
     for frame in frames:
-        if frame.f_code.co_name == TRACED and frame.f_globals.get("__name__", "") == _STEP_MODULE:
-            return None
         module = frame.f_globals.get("__name__", "")
+        if module == _STEP_MODULE:  # the check's own code: past the traced step, never the user's
+            return None
         generated = "__autograph_generated" in frame.f_code.co_filename
         if module.split(".")[0] not in _LIBRARIES and not generated:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
@@ -146,7 +146,7 @@ def _holders(frames, creation: Creation) -> list:
 
     found = [creation.obj] if creation.kind == "optimizer" else []
     for frame in frames:
-        if frame.f_code.co_name == TRACED and frame.f_globals.get("__name__") == _STEP_MODULE:
+        if frame.f_globals.get("__name__") == _STEP_MODULE:  # past the traced step
             break
         obj = frame.f_locals.get("self")
         module = frame.f_globals.get("__name__", "")

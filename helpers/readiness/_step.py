@@ -5,6 +5,7 @@ Part of the readiness check, notebook 10.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 
@@ -198,7 +199,7 @@ def check_step(
     soft = soft_placement_when_traced()
     watch, unbuilt = Watch(fn), unbuilt_optimizers(fn)
     failure = None
-    with capture_print() as printed:
+    with capture_print() as printed, _built_in_their_scopes(unbuilt):
         try:
             concrete = jit.get_concrete_function(*flat_specs)
         except Exception as err:  # any failure here is the user's step failing to trace
@@ -230,6 +231,37 @@ def check_step(
         explained = compile_step(jit, flat_specs, where, reported, report, soft)
     if explained is not None:
         add_value_shape_ops(report, where, value_shape, explained)
+
+
+@contextlib.contextmanager
+def _built_in_their_scopes(optimizers):
+    """While the step is traced, each unbuilt optimizer builds inside its own strategy's scope.
+
+    Made in a strategy's scope and built outside it, a Keras optimizer fails before it creates
+    anything ('Need to be inside "with strategy.scope()"'), which would end the trace at the first
+    one; in its scope, its slots reach the check's variable creator, which names it and goes on.
+    The optimizers get their own ``build`` back afterwards.
+    """
+    import tensorflow as tf
+
+    wrapped = []
+    for optimizer in optimizers:
+        strategy = getattr(optimizer, "_distribution_strategy", None)
+        if strategy is None or strategy is tf.distribute.get_strategy():
+            continue
+        original = optimizer.build
+
+        def build(*args, _original=original, _strategy=strategy, **kwargs):
+            with _strategy.scope():
+                return _original(*args, **kwargs)
+
+        optimizer.__dict__["build"] = build  # past Keras' attribute tracking
+        wrapped.append(optimizer)
+    try:
+        yield
+    finally:
+        for optimizer in wrapped:
+            optimizer.__dict__.pop("build", None)
 
 
 def _add_creations(report: Report, creations, model, step, where, replicas, kind, failure):

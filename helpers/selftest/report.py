@@ -232,7 +232,8 @@ def standard_notes(on_tpu: bool) -> list[str]:
         )
     else:
         notes.append(
-            "This run had no TPU: speed numbers describe this machine, not a TPU. Checks run "
-            "against the simulated TPU (logical CPU devices) prove the multi-replica code paths."
+            "This run had no TPU, and tested none: speed numbers describe this machine, not a "
+            "TPU. The checks ran against the simulated TPU (a MirroredStrategy over logical CPU "
+            "devices): they exercise the multi-replica code paths, not TPUStrategy or a TPU."
         )
     return notes
