@@ -561,7 +561,6 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
     Taught in notebook 11.
     """
     s = summary
-    near = _near_lines(s)
     shares = {"input-bound": s.input_share, "host-overhead": s.host_share}
     crossed = {
         "input-bound": s.input_share >= INPUT_BOUND_SHARE,
@@ -572,6 +571,7 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
     if s.retraced_calls > 1:
         problems.insert(0, "retracing")
     call = f"each {s.mean_step_ms:.1f} ms call"
+    near = _near_lines(s, healthy_lines=not problems)  # those lines decide only without problems
     if not problems:
         small = (
             s.input_share < HEALTHY_INPUT_SHARE and s.host_share_without_input < HEALTHY_HOST_SHARE
@@ -607,8 +607,9 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
     return Diagnosis(verdict, reason, fix, tuple(problems), near, s.evidence)
 
 
-def _near_lines(s: ProfileSummary) -> tuple[str, ...]:
-    """Each line of :func:`diagnose` that a share of ``s`` lies within BORDERLINE_MARGIN of."""
+def _near_lines(s: ProfileSummary, healthy_lines: bool) -> tuple[str, ...]:
+    """Each line of :func:`diagnose` that a share of ``s`` lies within BORDERLINE_MARGIN of (the
+    lines of "healthy" only with ``healthy_lines``: they decide nothing once a problem holds)."""
     lines = (
         ("input waits", s.input_share, "of the call", INPUT_BOUND_SHARE, "input-bound"),
         ("input waits", s.input_share, "of the call", HEALTHY_INPUT_SHARE, "healthy"),
@@ -629,6 +630,8 @@ def _near_lines(s: ProfileSummary) -> tuple[str, ...]:
     )
     near = []
     for what, share, of, line, name in lines:
+        if name == "healthy" and not healthy_lines:
+            continue
         gap = share - line
         if abs(gap) < BORDERLINE_MARGIN:
             side = "over" if gap >= 0 else "under"

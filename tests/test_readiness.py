@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -1162,3 +1163,15 @@ def test_html_report_passes_axe_core_contrast_in_light_and_dark_pages():
             found = page.evaluate("axe.run(document, {runOnly: ['color-contrast']})")
             assert not found["violations"], (theme, found["violations"])
             assert len(found["passes"][0]["nodes"]) >= 5, theme
+
+
+def test_only_the_simulated_tpu_makes_several_steps_per_call_a_note():
+    # A MirroredStrategy over CPU devices is the simulated TPU: its failure is a note; over GPUs,
+    # where the user would run it, the same failure stays a warning (the 8-replica run above).
+    def strategy_on(*devices):
+        return SimpleNamespace(extended=SimpleNamespace(worker_devices=devices))
+
+    host = "/job:localhost/replica:0/task:0/device:"
+    assert readiness._on_cpu_devices(strategy_on(f"{host}CPU:0", f"{host}CPU:1"))
+    assert not readiness._on_cpu_devices(strategy_on(f"{host}GPU:0", f"{host}GPU:1"))
+    assert not readiness._on_cpu_devices(strategy_on())
