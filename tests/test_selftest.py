@@ -255,7 +255,9 @@ def test_the_checks_without_a_planted_failure_still_ran_and_passed(planted):
         if key not in PLANTED_SAYS:
             assert check["status"] in ("pass", "info") and check["evidence"], check
     md = planted["markdown"]
-    assert "** FAILED there:" in md and "| Custom loop: N replicas match one | 04 | **FAIL** |" in md
+    assert (
+        "** FAILED there:" in md and "| Custom loop: N replicas match one | 04 | **FAIL** |" in md
+    )
 
 
 # --- Every judge on planted evidence, without TensorFlow ---------------------------------------
