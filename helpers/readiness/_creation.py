@@ -28,8 +28,7 @@ __all__ = ["Creation", "creation_finding", "creation_in", "distinct", "stop_at_c
 _LIBRARIES = ("tensorflow", "keras", "tf_keras", "absl", "contextlib", "helpers")
 
 
-# The check's own function that the trace calls the step from: frames beyond it are the caller's.
-TRACED = "flat_step"
+# The check's own module, which traces the step: frames of it and beyond are never the user's.
 _STEP_MODULE = "helpers.readiness._step"
 
 

@@ -191,7 +191,7 @@ def check_step(
     flat_specs = tf.nest.flatten(trace_args)
     created: list = []
 
-    def flat_step(*flat):  # its name is _creation.TRACED
+    def flat_step(*flat):
         with stop_at_creation(created):
             return fn(*tf.nest.pack_sequence_as(trace_args, list(flat)))
 
