@@ -43,8 +43,10 @@ __all__ = [
     "HEALTHY_HOST_SHARE",
     "HEALTHY_INPUT_SHARE",
     "HOST_BOUND_SHARE",
+    "BORDERLINE_MARGIN",
     "HOST_WORK_IN_STEPS_FIX",
     "INPUT_BOUND_SHARE",
+    "KERAS_BATCH_EVENT",
     "STEP_EVENT",
     "Diagnosis",
     "NoStepMarkers",
@@ -52,6 +54,7 @@ __all__ = [
     "capture",
     "diagnose",
     "extract",
+    "fit_callback",
     "profile_calls",
     "profiler_tool",
     "retracing_warning_hidden",
@@ -62,6 +65,15 @@ __all__ = [
 # The step marker: a TraceMe of this name with a step_num stat is a step to the profiler's tools.
 # Taught in notebook 11.
 STEP_EVENT = "train"
+# What Keras 3's TensorBoard callback wraps each profiled batch of fit() in (profile_batch=...):
+# Trace("Profiled batch", step_num=batch), without the _r=1 of a root step marker
+# (keras/src/backend/tensorflow/tensorboard.py, Keras 3.15). The reader takes it as a step when a
+# profile has no STEP_EVENT marker. Taught in notebook 11.
+KERAS_BATCH_EVENT = "Profiled batch"
+# A verdict whose deciding share lies within this many points of its line is called borderline:
+# profiles of the same run move by more than that on a busy machine (notebook 11's aside: run C's
+# host share read 42% and then 33% of the time not waiting for input). Taught in notebook 11.
+BORDERLINE_MARGIN = 0.03
 # Events that are the host or a replica waiting for the next batch of a tf.data iterator.
 _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIteratorGetNext")
 # One replica taking its batch: counted per step to find how many training steps a call runs.
@@ -147,6 +159,44 @@ def step(number: int):
     return tf.profiler.experimental.Trace(STEP_EVENT, step_num=int(number), _r=1)
 
 
+def fit_callback(logdir: str | os.PathLike, first: int = 2, last: int = 5):
+    """A Keras callback that profiles batches ``first`` to ``last`` of ``fit``, each one a step.
+
+    It starts the profiler at batch ``first`` of the first epoch, wraps every batch in
+    :func:`step` (the root step marker, ``_r=1``, that Keras' own TensorBoard callback leaves
+    out) and stops after batch ``last``; ``callback.xplane`` is then the file written. It needs
+    no ``tensorboard`` package. Each batch is one call of ``fit``'s training function
+    (``steps_per_execution`` steps). Taught in notebook 11.
+    """
+    import keras
+    import tensorflow as tf
+
+    logdir = os.fspath(logdir)
+
+    class ProfileBatches(keras.callbacks.Callback):
+        xplane: str | None = None
+        _marker = None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == first and self.xplane is None:
+                self._before = set(_xplanes(logdir))
+                tf.profiler.experimental.start(logdir)
+            if first <= batch <= last and self.xplane is None:
+                self._marker = step(batch)
+                self._marker.__enter__()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self._marker is not None:
+                self._marker.__exit__(None, None, None)
+                self._marker = None
+                if batch == last:
+                    tf.profiler.experimental.stop()
+                    new = sorted(set(_xplanes(logdir)) - self._before)
+                    self.xplane = new[-1] if new else None
+
+    return ProfileBatches()
+
+
 @contextlib.contextmanager
 def retracing_warning_hidden():
     """Hide TensorFlow's "triggered tf.function retracing" warning for the ``with`` block.
@@ -183,9 +233,11 @@ def _xplane_proto():
 def extract(xplane_path: str | os.PathLike) -> dict:
     """Read a ``.xplane.pb`` into the small dict :func:`summarize` works on (JSON-ready).
 
-    Times are in microseconds from the first step marker. Only the host plane is read (on a
-    CPU or GPU host the ops run there; a TPU's own planes are not read here). Taught in
-    notebook 11.
+    Times are in microseconds from the first step marker. Steps are the ``STEP_EVENT``
+    markers (:func:`step`), else the ``KERAS_BATCH_EVENT`` ones Keras' TensorBoard callback
+    writes around each profiled batch of ``fit``. Only the host planes are read (on a CPU or
+    GPU host the ops run there); ``"planes"`` names them, and ``"device_planes"`` the planes of
+    TPU or GPU devices the file also holds, which nothing here reads. Taught in notebook 11.
     """
     proto = _xplane_proto().XSpace()
     with open(xplane_path, "rb") as f:
@@ -193,7 +245,8 @@ def extract(xplane_path: str | os.PathLike) -> dict:
     host = [p for p in proto.planes if p.name.startswith("/host:")]
     if not host:
         raise ValueError(f"no host plane in {xplane_path}")
-    steps, inputs, compute = [], [], []
+    markers: dict[str, list] = {STEP_EVENT: [], KERAS_BATCH_EVENT: []}
+    inputs, compute = [], []
     batches: dict[str, list] = {}
     op_time: dict[str, float] = {}
     data_time: dict[str, float] = {}
@@ -210,8 +263,8 @@ def extract(xplane_path: str | os.PathLike) -> dict:
                 name = names.get(event.metadata_id, "")
                 start = (origin + event.offset_ps) / 1e6
                 end = start + event.duration_ps / 1e6
-                if name == STEP_EVENT:
-                    steps.append([start, end])
+                if name in markers:
+                    markers[name].append([start, end])
                 elif _INPUT_EVENT.search(name):
                     inputs.append([start, end])
                     if _BATCH_EVENT.match(name):
@@ -228,11 +281,13 @@ def extract(xplane_path: str | os.PathLike) -> dict:
                     call = functions.setdefault(name, {"calls": 0, "traced": 0})
                     call["calls"] += 1
                     call["traced"] += int(mode.startswith("traced"))
+    marker = STEP_EVENT if markers[STEP_EVENT] else KERAS_BATCH_EVENT
+    steps = markers[marker]
     if not steps:
         seen = {p.name: sum(len(line.events) for line in p.lines) for p in proto.planes}
         raise NoStepMarkers(
-            f"no step markers ({STEP_EVENT!r}) in {xplane_path}: wrap steps in step() "
-            f"(events per plane: {seen})"
+            f"no step markers ({STEP_EVENT!r}, or Keras' {KERAS_BATCH_EVENT!r}) in "
+            f"{xplane_path}: wrap steps in step() (events per plane: {seen})"
         )
     steps.sort()
     zero = steps[0][0]
@@ -256,6 +311,9 @@ def extract(xplane_path: str | os.PathLike) -> dict:
         "op_time_us": _top(op_time),
         "data_time_us": _top(data_time),
         "functions": functions,
+        "step_marker": marker,
+        "planes": [p.name for p in host],
+        "device_planes": [p.name for p in proto.planes if p.name.startswith("/device:")],
     }
 
 
@@ -308,6 +366,27 @@ class ProfileSummary:
     # ms summed over every thread and every recorded call, so they can exceed the wall time
     slowest_ops: dict[str, float] = field(default_factory=dict)  # op type -> ms
     data_stages: dict[str, float] = field(default_factory=dict)  # tf.data stage -> ms
+    planes: tuple[str, ...] = ()  # the planes read: the host's
+    device_planes: tuple[str, ...] = ()  # device planes in the file (a TPU's), not read
+
+    @property
+    def tpu_planes(self) -> tuple[str, ...]:
+        """The file's TPU device planes: only they could show what a TPU itself did."""
+        return tuple(p for p in self.device_planes if "TPU" in p)
+
+    @property
+    def evidence(self) -> str:
+        """Which planes the numbers come from, and what that means for a TPU."""
+        if not self.tpu_planes:
+            return (
+                "read from the host plane only (no TPU device planes in this profile): what "
+                "the host did, not how busy a TPU was; unverified on a TPU"
+            )
+        return (
+            f"read from the host plane only; the profile also holds {len(self.tpu_planes)} TPU "
+            "device plane(s), which this reader does not read: their idle time and infeed "
+            "are in TensorBoard's Profile tab"
+        )
 
     @property
     def host_share(self) -> float:
@@ -366,6 +445,8 @@ def summarize(extracted: Mapping) -> ProfileSummary:
         retraced_calls=sum(f["traced"] for f in extracted["functions"].values()),
         slowest_ops={k: v / 1e3 for k, v in extracted["op_time_us"].items()},
         data_stages={k: v / 1e3 for k, v in extracted["data_time_us"].items()},
+        planes=tuple(extracted.get("planes", ())),
+        device_planes=tuple(extracted.get("device_planes", ())),
     )
 
 
@@ -399,12 +480,19 @@ class Diagnosis:
     # "healthy"): on a simulated TPU the input pipeline and the replicas share the CPU, so a run
     # can wait for input and pay host overhead at once.
     findings: tuple[str, ...] = ()
+    # Each line the deciding shares sit within BORDERLINE_MARGIN of, said in words (empty: none).
+    borderline: tuple[str, ...] = ()
+    evidence: str = ""  # which planes the numbers come from (ProfileSummary.evidence)
 
     def __str__(self) -> str:
         also = [f for f in self.findings if f != self.verdict]
-        return f"{self.verdict}: {self.reason}. Fix: {self.fix}" + (
+        head = f"{self.verdict} (borderline)" if self.borderline else self.verdict
+        text = f"{head}: {self.reason}. Fix: {self.fix}" + (
             f" (also: {', '.join(also)})" if also else ""
         )
+        if self.borderline:
+            text += f". Borderline: {'; '.join(self.borderline)}"
+        return text + (f". Evidence: {self.evidence}" if self.evidence else "")
 
 
 # What to do about each verdict. Taught in notebook 11.
@@ -466,6 +554,10 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
     5. **compute-bound** otherwise: the ops are the limit, with some input or host time left;
        the slowest op types (``summary.slowest_ops``) are the next place to look.
 
+    A verdict is **borderline** when a share that decided it lies within ``BORDERLINE_MARGIN``
+    (3 points) of its line: ``borderline`` says which, and a rerun may well cross it. Every
+    verdict says which planes it was read from (``evidence``): on a CPU, the host's only.
+
     Taught in notebook 11.
     """
     s = summary
@@ -479,6 +571,7 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
     if s.retraced_calls > 1:
         problems.insert(0, "retracing")
     call = f"each {s.mean_step_ms:.1f} ms call"
+    near = _near_lines(s, healthy_lines=not problems)  # those lines decide only without problems
     if not problems:
         small = (
             s.input_share < HEALTHY_INPUT_SHARE and s.host_share_without_input < HEALTHY_HOST_SHARE
@@ -491,7 +584,7 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
         )
         if ops:
             reason += f"; slowest op types (summed over threads and calls): {ops}"
-        return Diagnosis(verdict, reason, FIXES[verdict], ())
+        return Diagnosis(verdict, reason, FIXES[verdict], (), near, s.evidence)
     verdict, fix = problems[0], FIXES[problems[0]]
     if verdict == "retracing":
         reason = (
@@ -511,7 +604,42 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
         )
         if s.batches_per_step > 1:
             fix = HOST_WORK_IN_STEPS_FIX
-    return Diagnosis(verdict, reason, fix, tuple(problems))
+    return Diagnosis(verdict, reason, fix, tuple(problems), near, s.evidence)
+
+
+def _near_lines(s: ProfileSummary, healthy_lines: bool) -> tuple[str, ...]:
+    """Each line of :func:`diagnose` that a share of ``s`` lies within BORDERLINE_MARGIN of (the
+    lines of "healthy" only with ``healthy_lines``: they decide nothing once a problem holds)."""
+    lines = (
+        ("input waits", s.input_share, "of the call", INPUT_BOUND_SHARE, "input-bound"),
+        ("input waits", s.input_share, "of the call", HEALTHY_INPUT_SHARE, "healthy"),
+        (
+            "host work",
+            s.host_share_without_input,
+            "of the time not waiting for input",
+            HOST_BOUND_SHARE,
+            "host-overhead",
+        ),
+        (
+            "host work",
+            s.host_share_without_input,
+            "of the time not waiting for input",
+            HEALTHY_HOST_SHARE,
+            "healthy",
+        ),
+    )
+    near = []
+    for what, share, of, line, name in lines:
+        if name == "healthy" and not healthy_lines:
+            continue
+        gap = share - line
+        if abs(gap) < BORDERLINE_MARGIN:
+            side = "over" if gap >= 0 else "under"
+            near.append(
+                f"{what} {share:.0%} {of}, {abs(gap) * 100:.1f} points {side} the {line:.0%} "
+                f"line of {name}"
+            )
+    return tuple(near)
 
 
 def profiler_tool(xplane_path: str | os.PathLike, tool: str):

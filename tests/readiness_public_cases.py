@@ -739,8 +739,10 @@ def score(case_spec: dict, strategy) -> dict:
     except Exception as err:  # a crash of the check is a result of its own
         return {"crash": f"{type(err).__name__}: {str(err)[:300]}", "seconds": 0.0}
     expects, notes = case_spec.get("expect", []), case_spec.get("note", [])
-    caught = [
-        e["code"] for e in expects if any(_matches(f, e, e["severity"]) for f in report.problems)
+    caught = [  # as many distinct findings as `count` asks for (one by default)
+        e["code"]
+        for e in expects
+        if len({f for f in report.problems if _matches(f, e, e["severity"])}) >= e.get("count", 1)
     ]
     alarms = [
         (f.code, f.severity, f.what)

@@ -296,3 +296,74 @@ def test_a_profile_that_lost_its_step_markers_is_taken_again_once(tmp_path, monk
     )
     with pytest.raises(profiling.NoStepMarkers, match="lost again"):
         profiling.profile_calls(tmp_path, lambda i: tf.constant(float(i)), 2, warmup=0)
+
+
+# --- Verdicts that say what they rest on -------------------------------------------------------
+
+
+def test_a_verdict_one_point_from_its_line_is_borderline():
+    # Host work 14% of the time not waiting for input: "healthy", one point under its 15% line.
+    near = summary(input_share=0.01, compute_share=0.99 * 0.86)
+    assert round(near.host_share_without_input, 2) == 0.14
+    diagnosis = profiling.diagnose(near)
+    assert diagnosis.verdict == "healthy" and diagnosis.borderline, diagnosis
+    assert str(diagnosis).startswith("healthy (borderline): ")
+    assert "1.0 points under the 15% line of healthy" in str(diagnosis)
+    far = profiling.diagnose(summary(input_share=0.01, compute_share=0.97))
+    assert far.verdict == "healthy" and not far.borderline and "borderline" not in str(far)
+
+
+def test_every_verdict_says_it_read_the_host_plane_only_and_claims_nothing_for_a_tpu():
+    for run in RUNS:
+        text = str(profiling.diagnose(recorded(run)))
+        assert "read from the host plane only (no TPU device planes" in text, text
+        assert "unverified on a TPU" in text and "carr" not in text, text
+    tpu = profiling.diagnose(summary(device_planes=("/device:TPU:0", "/device:TPU:1")))
+    assert "also holds 2 TPU device plane(s), which this reader does not read" in str(tpu)
+
+
+def _fit_model():
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    x = np.random.default_rng(0).random((512, 16), np.float32)
+    ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(32, drop_remainder=True)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64), keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    return model, ds.prefetch(2)
+
+
+def test_a_fit_profile_is_read_like_a_custom_loops(tmp_path):
+    import keras
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import tensorboard as keras_tensorboard
+
+    model, ds = _fit_model()
+    callback = profiling.fit_callback(tmp_path / "marked", first=2, last=5)
+    model.fit(ds, steps_per_epoch=8, epochs=1, verbose=0, callbacks=[callback])
+    marked = profiling.extract(callback.xplane)
+    assert marked["step_marker"] == profiling.STEP_EVENT and len(marked["steps"]) == 4
+    assert profiling.summarize(marked).batches_per_step == 1  # one batch per fit() call
+    assert marked["planes"] and not marked["device_planes"]
+
+    # What Keras' TensorBoard callback does with profile_batch (its batch trace, without _r=1;
+    # the callback itself also needs the tensorboard package for its summaries).
+    class KerasBatchTrace(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 2:
+                tf.profiler.experimental.start(str(tmp_path / "keras"))
+            if 2 <= batch <= 5:
+                self.trace = keras_tensorboard.start_batch_trace(batch)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if 2 <= batch <= 5:
+                keras_tensorboard.stop_batch_trace(self.trace)
+            if batch == 5:
+                tf.profiler.experimental.stop()
+
+    model.fit(ds, steps_per_epoch=8, epochs=1, verbose=0, callbacks=[KerasBatchTrace()])
+    (path,) = (tmp_path / "keras").glob("plugins/profile/*/*.xplane.pb")
+    keras_run = profiling.extract(path)
+    assert keras_run["step_marker"] == profiling.KERAS_BATCH_EVENT == "Profiled batch"
+    assert len(keras_run["steps"]) == 4 and profiling.summarize(keras_run).batches_per_step == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -675,12 +676,53 @@ def test_variables_a_step_would_create_are_found_however_it_reaches_them():
     )
 
 
+class Accumulator:
+    """Gradient accumulation as trainers write it: variables made on the first call."""
+
+    def __init__(self):
+        self.gradients = []
+
+    def __call__(self, grads):
+        if not self.gradients:
+            self.gradients.extend(tf.Variable(tf.zeros_like(g), trainable=False) for g in grads)
+        for total, g in zip(self.gradients, grads, strict=True):
+            total.assign_add(g)
+
+
+def test_the_trace_names_every_problem_a_variable_made_and_then_an_optimizer_built():
+    model = mlp(128)
+    optimizer = keras.optimizers.Adam(name="late_adam")
+    accumulate = Accumulator()
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x))
+        grads = tape.gradient(loss, model.trainable_variables)
+        accumulate(grads)  # first: variables made in the step
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))  # then
+        return loss
+
+    report = readiness.check(spec_dataset(), model, step=step, replicas=8)
+    (made,) = report.find("variable-in-step")
+    (unbuilt,) = report.find("optimizer-not-built")
+    assert made.severity == "error" and "a tf.Variable" in made.where, made
+    assert "late_adam" in unbuilt.where and unbuilt.severity == "warning", report.text()
+    # Nothing of the user's kept what the trace went past: no variables, no built optimizer.
+    assert accumulate.gradients == [] and not optimizer.built
+    assert not optimizer.variables or all("stand_in" not in v.path for v in optimizer.variables)
+    assert any("it would create variables" in s for s in report.skipped), report.skipped
+
+
 def test_a_model_with_its_own_train_step_is_traced_as_fit_runs_it():
     model = readiness_public_cases.keras_io_dcgan_train_step(tf.distribute.get_strategy())["model"]
     dataset = tf.data.Dataset.from_tensors(tf.zeros([64, 64, 64, 3])).prefetch(1)
     report = readiness.check(dataset, model, replicas=8)
-    (finding,) = report.find("optimizer-not-built")
-    assert "train_step()" in finding.where and not model.d_optimizer.built, report.text()
+    # Both of its unbuilt optimizers, each named: the trace goes on past the first one.
+    found = report.find("optimizer-not-built")
+    assert len(found) == 2 and all("train_step()" in f.where for f in found), report.text()
+    names = {model.d_optimizer.name, model.g_optimizer.name}
+    assert {n for n in names for f in found if f"Adam '{n}'" in f.where} == names, found
+    assert not model.d_optimizer.built and not model.g_optimizer.built
     # A model of built models: the parts are checked, and the report says which.
     assert "model (built parts: 'discriminator', 'generator')" in report.checked
     assert "tile padding" in report.checked
@@ -944,8 +986,9 @@ with strategy.scope():
     spe_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       steps_per_execution=4)
 (spe,) = readiness.check(ds, spe_model, strategy=strategy, compile_step=False).find("spe-unsupported")
-# A property of the strategy checked with, not of a TPU: a warning that says so.
-assert spe.severity == "warning" and "not on a TPU" in spe.what and "TPUStrategy" in spe.why
+# Only the simulated TPU rejects it: a note that says so, and the TPU's value stays.
+assert spe.severity == "note" and "only the simulated TPU" in spe.what and "TPUStrategy" in spe.why
+assert "Keep it in your TPU code" in spe.fix
 try:
     spe_model.fit(ds, steps_per_epoch=8, epochs=1, verbose=0)
 except tf.errors.InvalidArgumentError as err:
@@ -984,8 +1027,34 @@ def test_a_clean_verdict_says_what_it_could_not_check(digits):
     ds = data.make_dataset(*digits, 64, replicas=8)
     report = readiness.check(ds, model, replicas=8)
     assert "model" not in report.checked and report.skipped
-    assert report.clean and "part(s) not checked, see report.skipped" in report.summary()
-    assert "not checked:" in report._repr_html_() and "skipped:" in str(report)
+    summary = report.summary()
+    # No problems, but not everything checked: never "clean"; each skipped part named, and why.
+    assert report.clean and not report.complete and "clean" not in summary
+    assert summary.startswith("TPU readiness: no problems found in what was checked (")
+    assert all(reason in summary for reason in report.skipped), summary
+    assert "not checked:" in report._repr_html_() and "clean" not in report._repr_html_()
+    assert str(report) == summary
+
+
+def test_a_padding_share_one_point_from_its_line_is_borderline():
+    from helpers.readiness import _model
+
+    layer = keras.layers.Dense(130, name="wide")
+    near = _model._layer_tiles(mlp(128), layer, "units", 130, 0.49, 0.09)  # 1 point under 10%
+    assert (
+        near.severity == "note" and near.what.endswith("(borderline)") and "Borderline" in near.why
+    )
+    far = _model._layer_tiles(mlp(128), layer, "units", 130, 0.49, 0.30)
+    assert far.severity == "warning" and "borderline" not in (far.what + far.why).lower()
+
+
+def test_a_skipped_compile_is_never_clean_and_a_complete_check_is(digits):
+    # The XLA compile skipped (a step updating variables on 8 devices): no "clean" verdict.
+    report = readiness.Report(checked=["dataset", "XLA ops"], skipped=["full XLA compile: why"])
+    assert report.summary().startswith("TPU readiness: no problems found in what was checked")
+    assert report.summary().endswith("not checked: full XLA compile: why")
+    complete = readiness.Report(checked=["dataset", "XLA compile"])
+    assert complete.summary().startswith("TPU readiness: clean, no problems found (")
 
 
 # ----------------------------------------------------------------------- batch sizes it reads
@@ -1094,3 +1163,15 @@ def test_html_report_passes_axe_core_contrast_in_light_and_dark_pages():
             found = page.evaluate("axe.run(document, {runOnly: ['color-contrast']})")
             assert not found["violations"], (theme, found["violations"])
             assert len(found["passes"][0]["nodes"]) >= 5, theme
+
+
+def test_only_the_simulated_tpu_makes_several_steps_per_call_a_note():
+    # A MirroredStrategy over CPU devices is the simulated TPU: its failure is a note; over GPUs,
+    # where the user would run it, the same failure stays a warning (the 8-replica run above).
+    def strategy_on(*devices):
+        return SimpleNamespace(extended=SimpleNamespace(worker_devices=devices))
+
+    host = "/job:localhost/replica:0/task:0/device:"
+    assert readiness._on_cpu_devices(strategy_on(f"{host}CPU:0", f"{host}CPU:1"))
+    assert not readiness._on_cpu_devices(strategy_on(f"{host}GPU:0", f"{host}GPU:1"))
+    assert not readiness._on_cpu_devices(strategy_on())

@@ -569,8 +569,8 @@ def model_built_outside_the_scope(strategy):
     return {"dataset": flat(), "model": mlp(128), "strategy": strategy}
 
 
-@planted("strategy", "spe-unsupported", "steps_per_execution", needs_replicas=True)
-def steps_per_execution_on_mirrored(strategy):
+@clean("strategy", needs_replicas=True)  # on the simulated TPU: a note, the TPU's value stays
+def steps_per_execution_for_the_tpu_on_the_simulated_tpu(strategy):
     with strategy.scope():
         model = mlp(128)
         model.compile("adam", "mse", steps_per_execution=8)

@@ -180,7 +180,7 @@ def test_markdown_has_every_section_check_and_environment_row(clean):
         assert f"{check.title} (notebook {check.notebook}):" in md
     for label in environment.LABELS.values():
         assert f"| {label} |" in md
-    assert "**PASSED**" in md and "TPU self-test report" in md
+    assert "** PASSED there:" in md and "TPU self-test report" in md
 
 
 @ALSO_IN_NOTEBOOK_00
@@ -261,7 +261,9 @@ def test_the_checks_without_a_planted_failure_still_ran_and_passed(planted):
         if key not in PLANTED_SAYS:
             assert check["status"] in ("pass", "info") and check["evidence"], check
     md = planted["markdown"]
-    assert "**FAILED**" in md and "| Custom loop: N replicas match one | 04 | **FAIL** |" in md
+    assert (
+        "** FAILED there:" in md and "| Custom loop: N replicas match one | 04 | **FAIL** |" in md
+    )
 
 
 # --- Every judge on planted evidence, without TensorFlow ---------------------------------------
@@ -575,11 +577,28 @@ def test_a_report_of_info_alone_has_not_passed():
         return base.CheckResult("k", "t", "00", status, "s", {}, 0.1, 1)
 
     info_only = report.Report({}, [result("info")], "smoke", 1.0, "now")
-    assert not info_only.passed and "**NO VERDICT**: 0 passed, 0 failed" in info_only.headline()
+    assert not info_only.passed and "NO VERDICT there: 0 passed, 0 failed" in info_only.headline()
     both = report.Report({}, [result("info"), result("pass")], "smoke", 1.0, "now")
-    assert both.passed and "**PASSED**" in both.headline()
+    assert both.passed and "PASSED there:" in both.headline()
     failed = report.Report({}, [result("pass"), result("fail")], "smoke", 1.0, "now")
-    assert not failed.passed and "**FAILED**" in failed.headline()
+    assert not failed.passed and "FAILED there:" in failed.headline()
+
+
+def test_the_headline_says_first_what_was_tested_a_tpu_or_none():
+    passed = [base.CheckResult("k", "t", "00", "pass", "s", {}, 0.1, 1)]
+    simulated = {"strategy": "simulated TPU", "replicas": 8, "accelerator_type": "none: ..."}
+    on_cpu = report.Report(simulated, passed, "smoke", 1.0, "now")
+    head = on_cpu.headline()
+    # Before any verdict or count: no TPU was tested, the simulated TPU was.
+    assert head.startswith("**No TPU was tested: the checks ran on the simulated TPU (8 "), head
+    assert head.index("No TPU was tested") < head.index("PASSED") < head.index("1 passed")
+    assert not on_cpu.tpu_tested and on_cpu.to_dict()["tpu_tested"] is False
+    tpu = {"strategy": "TPU", "replicas": 8, "accelerator_type": "v5litepod-8"}
+    on_tpu = report.Report(tpu, passed, "full", 1.0, "now")
+    assert on_tpu.headline().startswith("**Tested a TPU: v5litepod-8, 8 replica(s).** PASSED: 1")
+    assert on_tpu.to_dict()["tpu_tested"] is True
+    stopped = report.Report({"strategy": "none (not connected)"}, passed, "full", 1.0, "now")
+    assert stopped.headline().startswith("**No TPU was tested: the self-test stopped before")
 
 
 # --- Environment facts -------------------------------------------------------------------------

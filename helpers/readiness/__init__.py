@@ -16,7 +16,8 @@ per-replica batches: pass the ``tf.distribute.InputContext`` it was built with a
 Each :class:`Finding` says what is wrong, where, why it matters on a TPU, and the fix. Severities:
 ``error`` (will not run on a TPU as written, with a source that says so), ``warning`` (runs, but
 slowly, wastefully or not as written; or fails only on the strategy you are checking with, which
-its words say) and ``note`` (worth knowing, nothing to change now). What could not be checked
+its words say) and ``note`` (worth knowing, nothing to change now; also what only the simulated
+TPU rejects, such as several steps per call). What could not be checked
 without a TPU says "unverified on hardware". Only errors and warnings make a report unclean; a
 clean report prints as one line.
 
@@ -56,7 +57,9 @@ model (a model of models that is not built itself, e.g. a GAN: its built parts, 
     ``tile-padding``     note: the model's overall padding estimate, when it is large
 step (yours; else the model's own ``train_step`` when its class writes one, as fit() runs it;
 else the model's forward and backward pass), traced once, never run, under a variable creator
-scope that stops the trace where the step would create a variable (nothing is created or built)
+scope that records each variable the step would create and goes on past optimizer slots and
+variables made in the step with stand-ins it discards (what held them gets its attributes back:
+nothing of yours is created or built); a layer or metric building itself stops the trace
     ``replica-equivalence``  note, for your own step: how to prove its loss scaling with
                          ``helpers.loops.check_replica_equivalence``
     ``step-not-traceable``  tracing fails, e.g. ``.numpy()`` on a tensor inside the step (the step
@@ -80,8 +83,10 @@ scope that stops the trace where the step would create a variable (nothing is cr
     ``variable-in-step``    error: the step makes a variable, metric or layer each time it runs
     ``builds-in-step``      note: a layer or metric builds its variables on the step's first call
 strategy
-    ``spe-unsupported``  warning: ``steps_per_execution > 1`` that the strategy you check with
-                         cannot run (MirroredStrategy, e.g. the simulated TPU); not a TPU finding
+    ``spe-unsupported``  ``steps_per_execution > 1`` that the strategy you check with cannot run:
+                         a note on the simulated TPU (a MirroredStrategy over CPU devices: keep
+                         the TPU's value), a warning on a MirroredStrategy over GPUs, where you
+                         run it; never a TPU finding
     ``spe-one-on-tpu``   note: ``steps_per_execution=1`` on a TPU (host overhead each step)
 
 What it cannot see
@@ -108,8 +113,9 @@ What it cannot see
 - Bugs of your own step that trace and compile, such as a loss averaged over the per-replica
   batch: the ``replica-equivalence`` note says how to prove the step on real numbers.
 - A training loop's outer function (the one calling ``strategy.run``): pass the per-replica step.
-- Past the first variable a step would create: the trace stops there, so a step with four unbuilt
-  optimizers names the first, and the rest of that step is checked once they are built.
+- Past a layer or metric that builds itself in the step: the trace stops there (going on would
+  build your model). Past optimizer slots and variables made in the step it goes on and names
+  each, but the rest of the step (side effects, XLA) is checked once they are built.
 - Multi-host (pod) input sharding: whether the hosts' pipelines read disjoint data.
 
 The modules: ``report`` (what a check returns: public); private, called only through
@@ -286,6 +292,12 @@ def _steps_per_execution(model, value) -> int | None:
 # --------------------------------------------------------------------------------- strategy
 
 
+def _on_cpu_devices(strategy) -> bool:
+    """True for a strategy whose replicas are all CPU devices: the simulated TPU, not GPUs."""
+    devices = list(getattr(strategy.extended, "worker_devices", ()))
+    return bool(devices) and all("CPU" in d.rpartition("/device:")[2].upper() for d in devices)
+
+
 def _strategy_kind(strategy) -> str:
     import tensorflow as tf
 
@@ -304,21 +316,42 @@ def _check_steps_per_execution(spe: int, strategy, replicas: int, report: Report
     if spe > 1 and kind == "mirrored" and replicas > 1 and keras.__version__.startswith("3."):
         if steps_per_execution_for(strategy, spe).value == spe:  # e.g. ReductionToOneDevice
             return
+        simulated = _on_cpu_devices(strategy)
+        if simulated:  # the simulated TPU: judge for the target, note what only it rejects
+            severity = "note"
+            what = (
+                f"steps_per_execution={spe} is for the TPU; only the simulated TPU you are "
+                f"checking with (MirroredStrategy over {replicas} CPU devices) rejects it"
+            )
+            fix = (
+                "Keep it in your TPU code. To run fit() on the simulated TPU as well, choose the "
+                "value from the strategy: helpers.fitting.steps_per_execution_for(strategy, "
+                f"{spe}).value is {spe} on TPUStrategy and 1 here."
+            )
+        else:
+            severity = "warning"
+            what = (
+                f"steps_per_execution={spe} fails on the strategy you are checking with "
+                f"(MirroredStrategy, {replicas} replicas), not on a TPU"
+            )
+            fix = (
+                "Keep it for the TPU; where you run fit() on this strategy, choose the value "
+                "from the strategy (helpers.fitting.steps_per_execution_for): 1 here, e.g. 32 "
+                "on TPUStrategy; or MirroredStrategy(cross_device_ops=ReductionToOneDevice())."
+            )
         report.findings.append(
             Finding(
                 "spe-unsupported",
-                "warning",
-                f"steps_per_execution={spe} fails on the strategy you are checking with "
-                f"(MirroredStrategy, {replicas} replicas), not on a TPU",
+                severity,
+                what,
                 "model.compile(steps_per_execution=...)",
-                "With Keras 3, fit() on this MirroredStrategy fails with INVALID_ARGUMENT 'You "
-                "must feed a value for placeholder tensor' (reproduced with Keras 3.8 to 3.15 "
-                "when the gradients are summed by collective all-reduce ops, MirroredStrategy's "
-                "default, as on this collection's simulated TPU). On TPUStrategy a value above 1 "
-                "is what TensorFlow's TPU guide recommends (unverified on hardware).",
-                "Keep it for the TPU; where you run fit() on this strategy, choose the value from "
-                "the strategy (helpers.fitting.steps_per_execution_for): 1 here, e.g. 32 on "
-                "TPUStrategy; or MirroredStrategy(cross_device_ops=ReductionToOneDevice()).",
+                "With Keras 3, fit() on a multi-replica MirroredStrategy fails with "
+                "INVALID_ARGUMENT 'You must feed a value for placeholder tensor' (reproduced "
+                "with Keras 3.8 to 3.15 when the gradients are summed by collective all-reduce "
+                "ops, MirroredStrategy's default, as on this collection's simulated TPU; closest "
+                "upstream report keras-team/keras#19246). On TPUStrategy a value above 1 is what "
+                "TensorFlow's TPU guide recommends (unverified on hardware).",
+                fix,
             )
         )
     elif spe == 1 and kind == "tpu":

@@ -1,21 +1,26 @@
 """What a step would create while it is traced: optimizer slots, metric variables, layer weights.
 
-The step is traced under a variable creator scope that stops the trace at the first variable it
-would create, so the check creates nothing and builds nothing of the user's. The creator's Python
-stack names what was being created and by whom, however the step reached it: an optimizer in a
-closure, a trainer's attribute or a helper object; a metric or layer built lazily; or a variable
-made anew inside the step. Part of the readiness check, notebook 10.
+The step is traced under a variable creator scope that records every variable the step would
+create. The creator's Python stack names what was being created and by whom, however the step
+reached it: an optimizer in a closure, a trainer's attribute or a helper object; a metric or layer
+built lazily; or a variable made anew inside the step. So that one problem does not hide the
+next, the trace goes on past an optimizer's slots and a variable made in the step, with stand-in
+variables of the check's own; afterwards the objects that held them (the optimizer, the user's
+objects whose methods made them) get their attributes back, so nothing of the user's is built or
+changed. A layer or metric building itself stops the trace: going on would build the user's
+model. Part of the readiness check, notebook 10.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from dataclasses import dataclass, field
 
 from helpers.readiness.report import Finding
 
-__all__ = ["Creation", "creation_finding", "creation_in", "stop_at_creation"]
+__all__ = ["Creation", "creation_finding", "creation_in", "distinct", "stop_at_creation"]
 
 # TensorFlow and Keras are imported inside the functions: see _pipeline.
 
@@ -23,8 +28,7 @@ __all__ = ["Creation", "creation_finding", "creation_in", "stop_at_creation"]
 _LIBRARIES = ("tensorflow", "keras", "tf_keras", "absl", "contextlib", "helpers")
 
 
-# The check's own function that the trace calls the step from: frames beyond it are the caller's.
-TRACED = "flat_step"
+# The check's own module, which traces the step: frames of it and beyond are never the user's.
 _STEP_MODULE = "helpers.readiness._step"
 
 
@@ -76,9 +80,9 @@ def _owner(frames) -> tuple[object | None, bool]:
 def _user_line(frames) -> str | None:
     """The innermost line of the user's own code, within the traced step (not its caller)."""
     for frame in frames:
-        if frame.f_code.co_name == TRACED and frame.f_globals.get("__name__", "") == _STEP_MODULE:
-            return None
         module = frame.f_globals.get("__name__", "")
+        if module == _STEP_MODULE:  # the check's own code: past the traced step, never the user's
+            return None
         generated = "__autograph_generated" in frame.f_code.co_filename
         if module.split(".")[0] not in _LIBRARIES and not generated:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
@@ -134,18 +138,141 @@ def _stack() -> list:
     return frames
 
 
-@contextlib.contextmanager
-def stop_at_creation(created: list):
-    """Inside a traced function: append a :class:`Creation` and stop at the first new variable."""
+def _holders(frames, creation: Creation) -> list:
+    """The objects a stand-in may be stored in: the optimizer whose slot it is, and the
+    ``self`` of the user's own methods that asked for it (not Keras layers or models)."""
+    import keras
+
+    found = [creation.obj] if creation.kind == "optimizer" else []
+    for frame in frames:
+        if frame.f_globals.get("__name__") == _STEP_MODULE:  # past the traced step
+            break
+        obj = frame.f_locals.get("self")
+        module = frame.f_globals.get("__name__", "")
+        user = module.split(".")[0] not in _LIBRARIES
+        if user and obj is not None and hasattr(obj, "__dict__"):
+            if not isinstance(obj, keras.layers.Layer):
+                found.append(obj)
+    trackers = [getattr(obj, "_tracker", None) for obj in found]  # Keras' ids of what it holds
+    return found + [t for t in trackers if t is not None and hasattr(t, "__dict__")]
+
+
+def _copy(value):
+    """A copy of a list, dict or set (one level into a dict's lists and sets), else None."""
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, set):
+        return set(value)
+    if isinstance(value, dict):
+        return {k: (v, _copy(v) if isinstance(v, (list, set)) else None) for k, v in value.items()}
+    return None
+
+
+def _put_back(value, copy) -> None:
+    """Give a container its copied contents back, in place: others may hold it (Keras' tracker).
+
+    The base classes' methods: Keras' tracked lists would inspect what goes in."""
+    if isinstance(value, list):
+        list.clear(value)
+        list.extend(value, copy)
+    elif isinstance(value, set):
+        set.clear(value)
+        set.update(value, copy)
+    elif isinstance(value, dict):
+        dict.clear(value)
+        for key, (item, inner) in copy.items():
+            dict.__setitem__(value, key, item)
+            if inner is not None:
+                _put_back(item, inner)
+
+
+def _snapshot(obj) -> dict:
+    """``obj``'s attributes, with copies of the containers among them (see :func:`_copy`)."""
+    return {key: (value, _copy(value)) for key, value in vars(obj).items()}
+
+
+def _restore(obj, saved: dict) -> None:
+    """Put back what :func:`_snapshot` saw; attributes added since are removed."""
+    attributes = vars(obj)
+    for key in [k for k in attributes if k not in saved]:
+        del attributes[key]
+    for key, (value, copy) in saved.items():
+        attributes[key] = value
+        if copy is not None:
+            _put_back(value, copy)
+
+
+def _stand_in(kwargs, next_creator):
+    """A variable of the check's own, of the shape asked for, made outside the trace (eagerly)
+    and not lifted into the traced function."""
     import tensorflow as tf
 
-    def creator(next_creator, **kwargs):
-        name = str(kwargs.get("name") or "a variable")
-        created.append(_classify(_stack(), name, bare_variable=True))
-        raise _Stopped(f"the step would create a variable ({created[-1].variable})")
+    value = kwargs.get("initial_value")
+    value = value() if callable(value) else value
+    value = tf.convert_to_tensor(value, dtype=kwargs.get("dtype"))
+    shape = [1 if d is None else d for d in value.shape] if value.shape.rank is not None else []
+    with tf.init_scope():
+        return next_creator(
+            initial_value=tf.zeros(shape, value.dtype),
+            trainable=False,
+            name="readiness_stand_in",
+            experimental_enable_variable_lifting=False,
+        )
 
-    with tf.variable_creator_scope(creator):
-        yield
+
+@contextlib.contextmanager
+def stop_at_creation(created: list):
+    """Inside a traced function: append a :class:`Creation` for every variable the step would
+    create, go on past optimizer slots and variables made in the step with stand-ins, and stop
+    (raise) where a layer or metric would build itself. On leaving, every object that may hold a
+    stand-in gets its attributes back."""
+    import tensorflow as tf
+
+    saved: dict[int, tuple] = {}
+    local = threading.local()
+
+    def creator(next_creator, **kwargs):
+        if getattr(local, "busy", False):  # e.g. an initializer's own state: not the step's
+            return _stand_in(kwargs, next_creator)
+        frames = _stack()
+        name = str(kwargs.get("name") or "a variable")
+        creation = _classify(frames, name, bare_variable=True)
+        created.append(creation)
+        if creation.kind == "lazy":
+            raise _Stopped(f"the step would build {creation.owner}")
+        for obj in _holders(frames, creation):
+            saved.setdefault(id(obj), (obj, _snapshot(obj)))
+        local.busy = True
+        try:
+            return _stand_in(kwargs, next_creator)
+        finally:
+            local.busy = False
+
+    try:
+        with tf.variable_creator_scope(creator):
+            yield
+    finally:
+        for obj, snapshot in saved.values():
+            _restore(obj, snapshot)
+        for creation in created:
+            if creation is not None and creation.kind == "optimizer":
+                creation.obj.built = False  # as it was: its build() never happened for real
+
+
+def distinct(creations: list) -> list:
+    """One :class:`Creation` per owner and line (an optimizer makes many slots, a loop many
+    variables): what a report names."""
+    seen, found = set(), []
+    for creation in creations:
+        key = (
+            creation.kind,
+            id(creation.obj) if creation.obj is not None else creation.owner,
+            creation.line,
+        )
+        if key not in seen:
+            seen.add(key)
+            found.append(creation)
+    return found
 
 
 def creation_finding(creation: Creation, where: str, replicas: int, kind: str) -> Finding:
@@ -206,8 +333,9 @@ def optimizer_not_built(where: str, name: str, replicas: int, kind: str) -> Find
         f"the step uses {name}, whose slot variables do not exist yet",
         where,
         "Keras 3 optimizers with slots (Adam, SGD with momentum, ...) create them on the first "
-        f"apply_gradients. {outcome} The check stops its trace where they would be created, so "
-        "it does not build the optimizer for you, and the rest of the step is not checked.",
+        f"apply_gradients. {outcome} The check traces past them with stand-ins of its own that "
+        "it discards, so it builds nothing of yours; the rest of the step (side effects, XLA) is "
+        "checked once the optimizers are built.",
         "with strategy.scope(): optimizer.build(model.trainable_variables) before training "
         "(helpers.loops.build_optimizer), for every optimizer the step uses.",
     )

@@ -13,6 +13,9 @@ from helpers.tpu_facts import FLOAT64_WHY, TILE_COLS, round_up
 # The check's own policy, not a hardware fact: a layer that pads away this share of its work or
 # more is worth a warning (less is a note).
 PADDING_WARNING_SHARE = 0.10
+# A layer's share within this many points of that line is called borderline: the padding is an
+# estimate over Dense and Conv layers only, rougher than that.
+PADDING_BORDERLINE = 0.02
 
 __all__ = ["check_model"]
 
@@ -264,6 +267,14 @@ def _layer_tiles(model, layer, word: str, n: int, waste: float, share: float) ->
             f"Nothing to fix. Up to {up} {word} cost the same step time on a TPU, if the model "
             "would gain from them.",
         )
+    borderline = ""
+    if abs(share - PADDING_WARNING_SHARE) < PADDING_BORDERLINE:
+        what += " (borderline)"
+        borderline = (
+            f" Borderline: {share:.1%} is within {PADDING_BORDERLINE:.0%} of the "
+            f"{PADDING_WARNING_SHARE:.0%} line between a warning and a note, closer than the "
+            "estimate is precise."
+        )
     return Finding(
         "layer-tiles",
         "warning" if share >= PADDING_WARNING_SHARE else "note",
@@ -271,7 +282,8 @@ def _layer_tiles(model, layer, word: str, n: int, waste: float, share: float) ->
         where,
         f"The matrix units are {TILE_COLS} wide: {n} {word} are padded to {up}, so about "
         f"{waste:.0%} of this layer's multiply work (and of the next layer's input) is padding: "
-        f"about {share:.0%} of the whole model's estimated matrix work, paid in step time.",
+        f"about {share:.0%} of the whole model's estimated matrix work, paid in step time."
+        + borderline,
         f"Use {up} {word} (the same step time on a TPU) or {down} (less time, if {n} was chosen "
         "to save it).",
     )

@@ -5,10 +5,11 @@ Part of the readiness check, notebook 10.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 
-from helpers.readiness._creation import creation_finding, creation_in, stop_at_creation
+from helpers.readiness._creation import creation_finding, creation_in, distinct, stop_at_creation
 from helpers.readiness._inputs import components, kind_of
 from helpers.readiness._seeds import add_constant_seeds, constant_seed_ops
 from helpers.readiness._side_effects import (
@@ -190,26 +191,30 @@ def check_step(
     flat_specs = tf.nest.flatten(trace_args)
     created: list = []
 
-    def flat_step(*flat):  # its name is _creation.TRACED
+    def flat_step(*flat):
         with stop_at_creation(created):
             return fn(*tf.nest.pack_sequence_as(trace_args, list(flat)))
 
     jit = tf.function(flat_step, jit_compile=True)
     soft = soft_placement_when_traced()
     watch, unbuilt = Watch(fn), unbuilt_optimizers(fn)
-    with capture_print() as printed:
+    failure = None
+    with capture_print() as printed, _built_in_their_scopes(unbuilt):
         try:
             concrete = jit.get_concrete_function(*flat_specs)
         except Exception as err:  # any failure here is the user's step failing to trace
-            created.append(creation_in(err) if not created else None)
-            if created[0] is None:  # not while creating variables: the step itself fails
-                _add_trace_error(report, where, err)
-                return
+            failure = err
         finally:
             for optimizer in unbuilt:
                 optimizer.built = False  # built without variables (plain SGD): leave it as it was
-    if created:
-        _add_creation(report, created[0], model, step, where, replicas, strategy_kind)
+    found = creation_in(failure) if failure is not None else None  # it failed creating one
+    creations = distinct([c for c in created if c is not None] + [found] * (found is not None))
+    if failure is not None and not creations:  # not while creating variables: the step fails
+        _add_trace_error(report, where, failure)
+        return
+    if creations:
+        unexplained = failure if found is None else None
+        _add_creations(report, creations, model, step, where, replicas, strategy_kind, unexplained)
         return
     report.checked.append("step trace")
     add_side_effects(report, where, printed, watch.changed(), frozen_random(fn))
@@ -228,21 +233,71 @@ def check_step(
         add_value_shape_ops(report, where, value_shape, explained)
 
 
-def _add_creation(report: Report, creation, model, step, where: str, replicas, kind) -> None:
-    """Report what the trace would have created; what fit() builds itself is no finding."""
-    fit_builds = step is None and (
-        creation.kind == "lazy" or creation.obj is getattr(model, "optimizer", None)
-    )
-    if fit_builds:  # fit() builds the model, its metrics and model.optimizer, in the scope
-        report.skipped.append(
-            f"tracing {where}: it would build {creation.owner}, which fit() builds itself; "
-            "build the model (call it once or use keras.Input) and its optimizer to have it traced"
+@contextlib.contextmanager
+def _built_in_their_scopes(optimizers):
+    """While the step is traced, each unbuilt optimizer builds inside its own strategy's scope.
+
+    Made in a strategy's scope and built outside it, a Keras optimizer fails before it creates
+    anything ('Need to be inside "with strategy.scope()"'), which would end the trace at the first
+    one; in its scope, its slots reach the check's variable creator, which names it and goes on.
+    The optimizers get their own ``build`` back afterwards.
+    """
+    import tensorflow as tf
+
+    wrapped = []
+    for optimizer in optimizers:
+        strategy = getattr(optimizer, "_distribution_strategy", None)
+        if strategy is None or strategy is tf.distribute.get_strategy():
+            continue
+        original = optimizer.build
+
+        def build(*args, _original=original, _strategy=strategy, **kwargs):
+            with _strategy.scope():
+                return _original(*args, **kwargs)
+
+        optimizer.__dict__["build"] = build  # past Keras' attribute tracking
+        wrapped.append(optimizer)
+    try:
+        yield
+    finally:
+        for optimizer in wrapped:
+            optimizer.__dict__.pop("build", None)
+
+
+def _add_creations(report: Report, creations, model, step, where, replicas, kind, failure):
+    """Report each thing the trace would have created (what fit() builds itself is no finding),
+    and what of the step that leaves unchecked."""
+    fit_builds = False
+    for creation in creations:
+        fit_builds = step is None and (
+            creation.kind == "lazy" or creation.obj is getattr(model, "optimizer", None)
         )
-        return
-    report.findings.append(creation_finding(creation, where, replicas, kind))
-    report.skipped.append(
-        f"tracing {where} past the point where it would create {creation.owner}'s variables"
-    )
+        if fit_builds:  # fit() builds the model, its metrics and model.optimizer, in the scope
+            report.skipped.append(
+                f"tracing {where}: it would build {creation.owner}, which fit() builds itself; "
+                "build the model (call it once or use keras.Input) and its optimizer to have it "
+                "traced"
+            )
+        else:
+            report.findings.append(creation_finding(creation, where, replicas, kind))
+    last = creations[-1]
+    if fit_builds:  # said above
+        pass
+    elif failure is None and last.kind == "lazy":
+        report.skipped.append(
+            f"tracing {where} past the point where {last.owner} would build itself"
+        )
+    elif failure is None:
+        owners = ", ".join(dict.fromkeys(c.owner for c in creations))
+        report.skipped.append(
+            f"side effects, XLA ops and the XLA compile of {where}: it would create variables "
+            f"({owners}); create or build them first"
+        )
+    else:  # the trace went on past them, and then failed
+        report.skipped.append(
+            f"tracing {where} past the variables it would create: it then failed "
+            f"({type(failure).__name__}: {str(failure).strip().splitlines()[-1][:200]})"
+        )
 
 
 def _replica_equivalence(where: str) -> Finding:

@@ -73,7 +73,14 @@ class Report:
 
     @property
     def clean(self) -> bool:
+        """No errors or warnings in what was checked (:attr:`complete` says whether that was
+        everything); what :meth:`assert_clean` gates on."""
         return not self.problems
+
+    @property
+    def complete(self) -> bool:
+        """Every part was checked: nothing in :attr:`skipped`."""
+        return not self.skipped
 
     def find(self, code: str) -> list[Finding]:
         return [f for f in self.findings if f.code == code]
@@ -88,12 +95,16 @@ class Report:
         results.count("readiness_clean")  # a headless run's tests see that the check passed
         return self
 
-    def summary(self) -> str:
-        """The one-line verdict."""
+    def summary(self, name_skipped: bool = True) -> str:
+        """The one-line verdict: "clean" only when nothing was skipped, else "no problems found
+        in what was checked" and (``name_skipped``) each part skipped and why."""
         context = self._context()
         if self.clean:
             extra = f"; {len(self.notes)} note(s) in report.notes" if self.notes else ""
-            return f"TPU readiness: clean, no problems found ({context}{extra})"
+            if self.complete:
+                return f"TPU readiness: clean, no problems found ({context}{extra})"
+            found = f"TPU readiness: no problems found in what was checked ({context}{extra})"
+            return f"{found}; not checked: {'; '.join(self.skipped)}" if name_skipped else found
         counts = [
             f"{n} {sev}{'s' if n > 1 else ''}"
             for sev in SEVERITIES
@@ -107,13 +118,13 @@ class Report:
             parts.append(f"{self.stats['replicas']} replica(s)")
         if self.stats.get("global_batch") is not None:
             parts.append(f"global batch {self.stats['global_batch']}")
-        if self.skipped:  # a clean verdict must not hide what it could not look at
+        if self.skipped and not self.clean:  # a clean summary names each one itself
             parts.append(f"{len(self.skipped)} part(s) not checked, see report.skipped")
         return "; ".join(parts)
 
     def text(self, notes: bool = True, width: int = 100) -> str:
         """The report as plain text: the summary line, then one block per finding."""
-        if self.clean and not notes and not self.skipped:
+        if self.clean and not notes and self.complete:
             return self.summary()
         lines = [self.summary()]
         shown = self.findings if notes else self.problems
@@ -123,7 +134,8 @@ class Report:
                 lines += textwrap.wrap(
                     value, width, initial_indent=f"   {label + ':':<7}", subsequent_indent=" " * 10
                 )
-        lines += [f"   (skipped: {reason})" for reason in self.skipped]
+        if not self.clean:  # a problem-free summary names the skipped parts itself
+            lines += [f"   (skipped: {reason})" for reason in self.skipped]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -133,8 +145,8 @@ class Report:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        head = html.escape(self.summary())
-        if self.clean and not self.skipped:
+        head = html.escape(self.summary(name_skipped=False))  # the list below names them
+        if self.clean and self.complete:
             return f"<div>{_label('clean', head)}</div>"
         rows = "".join(
             f"<tr><td>{i}</td><td>{_label(f.severity, f.severity)}</td>"

@@ -160,4 +160,5 @@ def main(argv: list[str] | None = None, plan=None) -> int:
     md, js = report.write(args.out)
     print("\n" + report.markdown())
     print(f"Report written to {md} and {js}")
+    print(report.headline().replace("**", ""))  # last: what was tested, then the verdict
     return 0 if report.passed else 1

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from helpers.selftest.base import STATUSES, CheckResult
 from helpers.selftest.environment import LABELS
+from helpers.strategy import SIMULATED_TPU
 
 __all__ = [
     "FILE_STEM",
@@ -121,6 +122,8 @@ class Report:
                 "seconds": round(self.seconds, 1),
                 "cpu_seconds": None if self.cpu_seconds is None else round(self.cpu_seconds, 1),
                 "passed": self.passed,
+                "tpu_tested": self.tpu_tested,
+                "scope": self.scope(),
                 "summary": self.counts,
                 "environment": self.environment,
                 "checks": [c.to_dict() for c in self.checks],
@@ -131,13 +134,40 @@ class Report:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
+    @property
+    def tpu_tested(self) -> bool:
+        """True only when the checks ran on a TPU (the strategy connected to TPU cores)."""
+        return self.environment.get("strategy") == "TPU"
+
+    def scope(self) -> str:
+        """What the checks ran on, said before any verdict: which TPU, or that none was tested."""
+        env = self.environment
+        kind = env.get("strategy") or "none (not connected)"
+        if self.tpu_tested:
+            replicas = env.get("replicas")
+            cores = f", {replicas} replica(s)" if replicas else ""
+            return f"Tested a TPU: {env.get('accelerator_type', 'type unknown')}{cores}"
+        if kind == SIMULATED_TPU:
+            replicas = env.get("replicas")
+            return (
+                f"No TPU was tested: the checks ran on the simulated TPU ({replicas} logical CPU "
+                "devices of this machine)"
+            )
+        if kind.startswith("none"):
+            return "No TPU was tested: the self-test stopped before it connected"
+        return f"No TPU was tested: the checks ran on {kind}"
+
     def headline(self) -> str:
+        """The scope first (which TPU, or none), then the verdict and its counts."""
         counts = self.counts
         verdict = "PASSED" if self.passed else "FAILED" if self.failed else "NO VERDICT"
+        if not self.tpu_tested:
+            verdict += " there"
         cpu = "" if self.cpu_seconds is None else f" ({self.cpu_seconds:.0f} s of CPU)"
         return (
-            f"**{verdict}**: {counts['pass']} passed, {counts['fail']} failed, {counts['info']} "
-            f"for information ({self.mode} mode, {self.seconds:.0f} s{cpu}, {self.created})"
+            f"**{self.scope()}.** {verdict}: {counts['pass']} passed, {counts['fail']} failed, "
+            f"{counts['info']} for information ({self.mode} mode, {self.seconds:.0f} s{cpu}, "
+            f"{self.created})"
         )
 
     def markdown(self) -> str:
@@ -202,7 +232,8 @@ def standard_notes(on_tpu: bool) -> list[str]:
         )
     else:
         notes.append(
-            "This run had no TPU: speed numbers describe this machine, not a TPU. Checks run "
-            "against the simulated TPU (logical CPU devices) prove the multi-replica code paths."
+            "This run had no TPU, and tested none: speed numbers describe this machine, not a "
+            "TPU. The checks ran against the simulated TPU (a MirroredStrategy over logical CPU "
+            "devices): they exercise the multi-replica code paths, not TPUStrategy or a TPU."
         )
     return notes
