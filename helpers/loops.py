@@ -63,19 +63,16 @@ def _default_loss():
 def _many_steps(strategy, replica_step):
     """Wrap ``replica_step(images, labels) -> loss`` into ``fn(iterator, steps) -> mean loss``.
 
-    One ``tf.function`` call runs ``steps`` steps in a ``tf.range`` loop; each step's per-replica
-    loss is summed over the replicas at once, because a per-replica value cannot leave the loop.
-    ``steps`` is passed to the function as a tensor, so changing it does not retrace.
+    The loop is the reference script's (``train_tpu.many_steps``, its part "step"): one
+    ``tf.function`` call runs ``steps`` steps in a ``tf.range`` loop, each step's per-replica
+    loss summed over the replicas at once. ``steps`` is passed as a tensor, so changing it does
+    not retrace.
     """
     import tensorflow as tf
 
-    @tf.function
-    def run_steps(iterator, steps):
-        total = tf.constant(0.0)
-        for _ in tf.range(steps):
-            per_replica = strategy.run(replica_step, args=next(iterator))
-            total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-        return total / tf.cast(steps, tf.float32)
+    import train_tpu
+
+    run_steps = train_tpu.many_steps(strategy, replica_step)
 
     def call(iterator, steps):
         # A tensor, not a Python int: one trace serves every number of steps.

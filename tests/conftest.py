@@ -33,6 +33,7 @@ SPREAD_MODULES = {
     "test_preemption": ("test_custom_loop_killed_",),  # both compare with `uninterrupted`
     "test_strategy": (),
     "test_fitting": (),
+    "test_train_tpu": ("test_the_custom_loop_", "test_killed_"),  # both use `reference`
 }
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import manifest as manifest_file
 import repository
+import script_parts
 import stacks
 from notebook_files import ROOT, dumps, notebook_paths, read, settings, source
 
@@ -370,9 +371,12 @@ def sync_notebook(
     cfg: dict,
     manifest: dict | None = None,
     names: list[str] | None = None,
+    parts: dict[str, str] | None = None,
 ) -> dict:
-    """The notebook with its preamble, navigation and metadata regenerated; the lesson kept."""
+    """The notebook with its preamble, navigation, metadata and the cells that show parts of
+    train_tpu.py (tagged ``script-part:NAME``) regenerated; the rest of the lesson kept."""
     manifest = manifest_file.load() if manifest is None else manifest
+    parts = script_parts.parts() if parts is None else parts
     names = [p.name for p in notebook_paths()] if names is None else names
     entry = manifest_file.entry_for(manifest, name)
     cells = notebook["cells"]
@@ -391,6 +395,7 @@ def sync_notebook(
         if cell["cell_type"] == "markdown" and FACT.search(text := source(cell)):
             cell["source"] = fill_facts(text).splitlines(keepends=True)
     notebook["cells"] = head + lesson + [nav]
+    script_parts.sync_cells(notebook, parts)
     mark_asides_and_guards(notebook["cells"])
     assign_ids(notebook["cells"], name)
     notebook["nbformat"], notebook["nbformat_minor"] = 4, NBFORMAT_MINOR
@@ -516,10 +521,15 @@ def main() -> int:
             print(f"{name}: new entry in notebooks/manifest.toml (edit its texts there)")
     manifest = manifest_file.load()
     names = [p.name for p in paths]
+    parts = script_parts.parts()
+    synced = []
     for path in paths:
         before = path.read_text(encoding="utf-8")
-        notebook = sync_notebook(read(path), path.name, cfg, manifest, names)
-        found += problems(notebook, path.name)
+        notebook = sync_notebook(read(path), path.name, cfg, manifest, names, parts)
+        synced.append(notebook)
+        found += problems(notebook, path.name) + script_parts.unknown_tags(
+            notebook, path.name, parts
+        )
         if args.long_cells:
             for index, lines in long_cells(notebook):
                 print(f"{path.name}, cell {index}: {lines} lines")
@@ -543,6 +553,10 @@ def main() -> int:
             if not args.check:
                 (ROOT / file).write_text(after, encoding="utf-8")
     found += repository.unsupported_pythons()
+    errors, warnings = script_parts.coverage(parts, script_parts.shown(synced))
+    found += errors
+    for warning in warnings:
+        print("Note:", warning)
     if found:
         print("Fix by hand:", *found, sep="\n  ")
     if args.check and stale:

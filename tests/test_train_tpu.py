@@ -1,0 +1,218 @@
+"""train_tpu.py, the reference script: what it imports, its errors, its accuracy and its resume.
+
+Training runs are fresh processes (a simulated TPU needs its own TensorFlow runtime). The
+custom-loop run that checks the accuracy floor is also the uninterrupted reference of the
+kill-and-resume test: killed runs must end with its weights, bit for bit.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "train_tpu.py"
+sys.path.insert(0, str(ROOT))
+
+import train_tpu  # noqa: E402
+
+FLOOR = 0.80  # the test accuracy lessons 03 and 04 assert on Fashion-MNIST, quick versions too
+# The reference run: --smoke's 16,384 images and 3 epochs (32 steps of 512 each), a save every
+# 16 steps, so that kills land inside an epoch.
+RUN = ["--smoke", "--save-every", "16", "--steps-per-call", "8"]
+HIDE = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
+
+# Kills the script where the test says: before the save of step K (mid-epoch, unsaved steps
+# lost) or inside it in one phase of helpers.save_faults (the injection notebook 08 uses).
+KILLER = """
+import os, signal, sys
+import train_tpu
+from helpers import save_faults
+kill_at, phase = int(sys.argv[1]), sys.argv[2]
+save = train_tpu.save_checkpoint
+def killing_save(manager, step):
+    if step == kill_at and phase == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if step == kill_at:
+        with save_faults.interrupt_save(phase, save_faults.sigkill):
+            return save(manager, step)
+    return save(manager, step)
+train_tpu.save_checkpoint = killing_save
+sys.exit(train_tpu.main(sys.argv[3:]))
+"""
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k not in HIDE}
+    return {**env, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def _run(args, cwd, code=None, timeout=600):
+    command = [sys.executable, *(["-c", code] if code else [str(SCRIPT)]), *args]
+    return subprocess.run(
+        command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _accuracy(stdout):
+    return float(re.search(r"^done: .* test accuracy ([0-9.]+) on all", stdout, re.M).group(1))
+
+
+def _weights(folder):
+    """Every saved value of the latest checkpoint but the save counter, by name."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(folder))
+    names = [n for n, _ in tf.train.list_variables(str(folder))]
+    return {n: reader.get_tensor(n) for n in names if "save_counter" not in n and "OBJECT" not in n}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """The TFRecords, written once by the script's own parts, for every run here."""
+    folder = tmp_path_factory.mktemp("data") / "records"
+    (x, y), (xt, yt) = train_tpu.load_fashion_mnist()
+    train_tpu.write_tfrecords(str(folder), {"train": (x, y), "test": (xt, yt)})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_dir):
+    cwd = tmp_path_factory.mktemp("reference")
+    done = _run([*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"], cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, cwd / "ckpt"
+
+
+def test_imports_only_tensorflow_keras_numpy_and_the_standard_library():
+    tree = ast.parse(SCRIPT.read_text(encoding="utf-8"))
+    names = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert names - set(sys.stdlib_module_names) == {"tensorflow", "keras", "numpy"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--epochs", "0"], "--epochs must be at least 1, not 0."),
+        (["--per-replica-batch", "eight"], "Argument --per-replica-batch: invalid int value"),
+        (["--bogus"], "Unrecognized arguments: --bogus (see --help)."),
+    ],
+)
+def test_bad_arguments_are_one_sentence(argv, message):
+    with pytest.raises(train_tpu.UsageError) as caught:
+        train_tpu.parse_args(argv)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_a_batch_off_the_multiple_of_8_is_a_warning(capsys):
+    assert train_tpu.parse_args(["--per-replica-batch", "12"]).per_replica_batch == 12
+    assert "not a multiple of 8" in capsys.readouterr().err
+
+
+def test_an_unwritable_folder_is_one_sentence(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(train_tpu.UsageError, match=r"^Cannot write to .*file/ckpt"):
+        train_tpu.main(["--ckpt-dir", str(blocker / "ckpt"), "--data-dir", str(tmp_path)])
+
+
+def test_require_checkpoint_refuses_an_empty_folder_without_a_traceback(tmp_path):
+    done = _run(["--require-checkpoint", "--ckpt-dir", "empty", "--data-dir", "d"], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "train_tpu: No checkpoint in empty to resume from (--require-checkpoint)."
+    )
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as caught:
+        train_tpu.parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert caught.value.code == 0
+    for option in ("--ckpt-dir", "--data-dir", "--replicas", "--epochs", "--per-replica-batch",
+                   "--steps-per-call", "--seed", "--smoke", "--fit", "--no-bf16",
+                   "--cast-on-host", "--require-checkpoint"):  # fmt: skip
+        assert option in text, option
+
+
+def test_the_custom_loop_reaches_the_floor(reference):
+    stdout, _ = reference
+    assert len(re.findall(r"^epoch \d/3: loss", stdout, re.M)) == 3
+    assert _accuracy(stdout) > FLOOR, stdout
+    assert "on all 10000 test images" in stdout
+
+
+def test_killed_mid_save_and_mid_epoch_it_ends_with_the_same_weights(tmp_path, data_dir, reference):
+    args = [*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"]
+    # Killed inside the save of step 32 after its files are in place, before the commit:
+    # ckpt-16 stays the latest. Then killed just before the save of step 48, mid-epoch 2.
+    for kill_at, phase in ((32, "merge"), (48, "before")):
+        killed = _run([str(kill_at), phase, *args], tmp_path, code=KILLER)
+        assert killed.returncode == -9, killed.stderr[-3000:]
+    resumed = _run([*args, "--require-checkpoint"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at step 32" in resumed.stdout
+    expected, got = _weights(reference[1]), _weights(tmp_path / "ckpt")
+    assert expected.keys() == got.keys() and len(got) > 10
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)  # bit for bit
+    assert _accuracy(resumed.stdout) == _accuracy(reference[0])
+
+
+PROBE = """
+import json, sys
+import tensorflow as tf
+import train_tpu
+from helpers import readiness
+
+strategy = train_tpu.connect(8)
+one = tf.distribute.OneDeviceStrategy("/cpu:0")
+folder, batch = sys.argv[1], 64
+losses = []
+for s in (strategy, one):
+    model, optimizer = train_tpu.build(s, 1e-3)
+    pipeline = lambda ctx: train_tpu.train_dataset(
+        folder, ctx, ctx.get_per_replica_batch_size(batch), 4, 1, examples=1024)
+    step = train_tpu.make_train_step(model, optimizer, batch)
+    steps = train_tpu.many_steps(s, step)
+    first = steps(iter(s.distribute_datasets_from_function(pipeline)), tf.constant(1))
+    losses.append(float(first))
+    if s is strategy:
+        context = tf.distribute.InputContext(1, 0, 8)
+        report = readiness.check(
+            pipeline(context), model, step=step, strategy=s, input_context=context)
+        findings = [str(f) for f in report.problems]  # notes allowed
+print(json.dumps({"losses": losses, "findings": findings}))
+"""
+
+
+def test_8_replicas_and_one_device_give_the_same_first_loss_and_readiness_is_clean(
+    tmp_path, data_dir
+):
+    done = _run([str(data_dir)], tmp_path, code=PROBE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    many, one = result["losses"]
+    assert np.isclose(many, one, rtol=1e-5), (many, one)
+    assert result["findings"] == []
+
+
+def test_fit_reaches_the_floor(tmp_path, data_dir):
+    done = _run(["--smoke", "--fit", "--data-dir", str(data_dir)], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # 8 replicas of a MirroredStrategy: one step per call (keras-team/keras#19246).
+    assert "fit with steps_per_execution=1" in done.stdout
+    assert len(re.findall(r"^epoch \d/3: loss", done.stdout, re.M)) == 3
+    assert _accuracy(done.stdout) > FLOOR, done.stdout

@@ -1,0 +1,126 @@
+"""The marked parts of ``train_tpu.py``, and the lesson cells that show them.
+
+The reference script marks each part with a line ``# ---- part: NAME ----`` before it and
+``# ---- end of part ----`` after it. A notebook code cell tagged ``script-part:NAME`` shows that
+part: ``make sync`` writes its source (a first comment line naming the part, then the part's
+lines), and ``make sync --check`` (``make lint``) fails when such a cell differs from the script
+or names a part the script does not have.
+
+Every part must be shown by some lesson. Parts listed in :data:`NOT_YET_SHOWN` are exempt for
+now (a warning names them); a part listed there that a lesson already shows is an error, so the
+list only shrinks. When it is empty, every part is required.
+"""
+
+from __future__ import annotations
+
+import re
+
+from notebook_files import ROOT
+
+__all__ = [
+    "END",
+    "NOT_YET_SHOWN",
+    "SCRIPT",
+    "TAG",
+    "cell_source",
+    "coverage",
+    "parts",
+    "shown",
+    "sync_cells",
+    "tagged",
+    "unknown_tags",
+]
+
+SCRIPT = ROOT / "train_tpu.py"
+START = re.compile(r"^# ---- part: ([a-z0-9_-]+) ----$")
+END = "# ---- end of part ----"
+TAG = "script-part:"
+# Parts no lesson shows yet; a lesson that shows one removes it from here.
+NOT_YET_SHOWN = (
+    "imports", "connect", "data", "tfrecords", "pipeline", "model", "step", "evaluation",
+    "checkpoint", "fit",
+)  # fmt: skip
+
+
+def parts(text: str | None = None) -> dict[str, str]:
+    """``{name: code}`` of the script's parts, in the script's order."""
+    text = SCRIPT.read_text(encoding="utf-8") if text is None else text
+    found: dict[str, str] = {}
+    name, lines = None, []
+    for number, line in enumerate(text.splitlines(), 1):
+        start = START.match(line)
+        if start and name is None:
+            name, lines = start.group(1), []
+            if name in found:
+                raise ValueError(f"train_tpu.py, line {number}: part {name!r} is marked twice")
+        elif line == END and name is not None:
+            found[name] = "\n".join(lines).strip("\n")
+            name = None
+        elif start or line == END:
+            raise ValueError(f"train_tpu.py, line {number}: {line!r} does not close or open a part")
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        raise ValueError(f"train_tpu.py: part {name!r} has no {END!r}")
+    return found
+
+
+def cell_source(name: str, code: str) -> str:
+    return f'# From train_tpu.py, part "{name}" (make sync writes this cell).\n{code}'
+
+
+def tagged(cell: dict) -> str | None:
+    """The part a code cell shows, from its ``script-part:NAME`` tag, or None."""
+    if cell.get("cell_type") != "code":
+        return None
+    names = [t[len(TAG) :] for t in cell.get("metadata", {}).get("tags", []) if t.startswith(TAG)]
+    return names[0] if names else None
+
+
+def sync_cells(notebook: dict, known: dict[str, str]) -> None:
+    """Write each tagged cell's source from ``known`` (cells naming no known part stay)."""
+    for cell in notebook["cells"]:
+        part = tagged(cell)
+        if part in known:
+            cell["source"] = cell_source(part, known[part]).splitlines(keepends=True)
+
+
+def unknown_tags(notebook: dict, name: str, known: dict[str, str]) -> list[str]:
+    """Cells tagged with a part the script does not have."""
+    return [
+        f"{name}, cell {i}: tagged {TAG}{part}, but train_tpu.py has no such part "
+        f"(its parts: {', '.join(known)})"
+        for i, cell in enumerate(notebook["cells"])
+        if (part := tagged(cell)) is not None and part not in known
+    ]
+
+
+def shown(notebooks: list[dict]) -> set[str]:
+    return {part for nb in notebooks for c in nb["cells"] if (part := tagged(c))}
+
+
+def coverage(
+    known: dict[str, str], shown_parts: set[str], pending=NOT_YET_SHOWN
+) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about parts that no lesson shows."""
+    errors, warnings = [], []
+    missing = [p for p in known if p not in shown_parts]
+    required = [p for p in missing if p not in pending]
+    if required:
+        errors.append(f"train_tpu.py parts shown in no lesson: {', '.join(required)}")
+    waiting = [p for p in missing if p in pending]
+    if waiting:
+        warnings.append(
+            f"train_tpu.py parts not shown in a lesson yet (tools/script_parts.py "
+            f"NOT_YET_SHOWN): {', '.join(waiting)}"
+        )
+    done = [p for p in pending if p in shown_parts]
+    if done:
+        errors.append(
+            f"a lesson shows {', '.join(done)}: remove it from NOT_YET_SHOWN in "
+            "tools/script_parts.py"
+        )
+    unknown = [p for p in pending if p not in known]
+    if unknown:
+        errors.append(f"NOT_YET_SHOWN names parts train_tpu.py lacks: {', '.join(unknown)}")
+    return errors, warnings
