@@ -169,14 +169,15 @@ def write_tfrecords(folder, splits):
         counts[split] = []
         for shard, rows in enumerate(np.array_split(np.arange(len(x)), SHARDS)):
             name = f"{folder}/{split}-{shard:05d}-of-{SHARDS:05d}.tfrecord"
-            with tf.io.TFRecordWriter(name + ".tmp") as writer:
+            partial = f"{name}.tmp-{os.getpid()}"  # its own name: two writers never mix
+            with tf.io.TFRecordWriter(partial) as writer:
                 for i in rows:
                     writer.write(example_bytes(x[i], y[i]))
-            tf.io.gfile.rename(name + ".tmp", name, overwrite=True)  # complete, or not there
+            tf.io.gfile.rename(partial, name, overwrite=True)  # complete, or not there
             counts[split].append(len(rows))
-    with tf.io.gfile.GFile(info_path + ".tmp", "w") as f:
+    with tf.io.gfile.GFile(f"{info_path}.tmp-{os.getpid()}", "w") as f:
         json.dump(counts, f)
-    tf.io.gfile.rename(info_path + ".tmp", info_path, overwrite=True)
+    tf.io.gfile.rename(f"{info_path}.tmp-{os.getpid()}", info_path, overwrite=True)
     return counts
 
 
