@@ -37,7 +37,7 @@ END = "# ---- end of part ----"
 TAG = "script-part:"
 # Parts no lesson shows yet; a lesson that shows one removes it from here.
 NOT_YET_SHOWN = (
-    "imports", "connect", "data", "tfrecords", "pipeline", "model", "step", "evaluation",
+    "imports", "connect", "model", "step", "evaluation",
     "checkpoint", "fit",
 )  # fmt: skip
 
