@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from helpers._arguments import positive_int
 from helpers.tpu_facts import BATCH_FOR_MXU, GENERATIONS, TILE_ROWS, round_up
 
 __all__ = ["BatchPlan", "per_replica_batch", "plan_batch", "split_batch"]
@@ -95,8 +94,7 @@ def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
     advice says which case applies.
     """
     for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     return BatchPlan(int(per_replica_batch), int(replicas))
 
 
@@ -108,8 +106,7 @@ def split_batch(global_batch_size: int, replicas: int, *, over: str = "replica")
     split over in the message ("worker", "device"). Taught in notebook 03.
     """
     for label, value in (("global_batch_size", global_batch_size), (f"{over}s", replicas)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     if global_batch_size % replicas:
         lower = global_batch_size // replicas * replicas
         upper = lower + replicas

@@ -19,8 +19,6 @@ What this module adds to ``tf.train.Checkpoint`` and ``tf.train.CheckpointManage
   which would start a "resumed" job from scratch).
 - :func:`repair` tidies what a save killed at any instant leaves (see below); :func:`make_checkpoint`
   runs it before the manager reads the directory.
-- :func:`resume` is the start of a restartable program: restore the latest checkpoint or say
-  loudly that training starts fresh; with ``require=True`` a missing checkpoint is an error.
 - :func:`fit_backup_callbacks` gives ``fit`` Keras' ``BackupAndRestore`` with its previous
   backup kept, plus a check that the restored weights and the restored epoch agree.
 
@@ -46,11 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers import tf_internals
+from helpers._arguments import positive_int
 
 __all__ = [
     "STATE_FILE",
     "checkpoint_contents",
-    "checkpoint_files",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
@@ -60,7 +58,6 @@ __all__ = [
     "Repair",
     "repair",
     "restore",
-    "resume",
     "simulate_torn_save",
 ]
 
@@ -106,8 +103,7 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
 
     if not objects:
         raise ValueError("nothing to checkpoint: pass objects as keywords, e.g. model=model")
-    if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1:
-        raise ValueError(f"max_to_keep must be a positive integer, got {max_to_keep!r}")
+    positive_int("max_to_keep", max_to_keep)
     repair(directory)  # the manager reads the state file once, now: it must be consistent
     checkpoint = tf.train.Checkpoint(**objects)
     manager = tf.train.CheckpointManager(checkpoint, os.fspath(directory), max_to_keep=max_to_keep)
@@ -330,8 +326,8 @@ def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> 
         if path is None:
             raise CheckpointNotFoundError(
                 f"no committed checkpoint in {source} (no '{STATE_FILE}' state file naming one). "
-                "If this run should start from scratch, do not call restore; see "
-                "helpers.checkpoints.resume(..., require=False)."
+                "If this run may start from scratch, ask latest_checkpoint(directory) first: "
+                "None means there is nothing to restore."
             )
     else:
         path = source
@@ -373,28 +369,6 @@ def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> 
     return path
 
 
-def resume(checkpoint, directory: str | os.PathLike, *, require: bool = False, log=print):
-    """Restore the latest checkpoint in ``directory``, or start fresh and say so.
-
-    The first lines of a restartable training program (notebook 08). Returns the restored path,
-    or None for a fresh start. ``require=True`` (a job that was restarted after preemption and
-    must continue) turns "no checkpoint" into :class:`CheckpointNotFoundError` instead of a
-    silent fresh start.
-    """
-    path = latest_checkpoint(directory)
-    if path is None:
-        if require:
-            raise CheckpointNotFoundError(
-                f"no committed checkpoint in {directory}, and this run was asked to continue "
-                "one (require=True); check the directory, it must be the one the first run used"
-            )
-        log(f"no checkpoint in {directory}: starting from scratch")
-        return None
-    restore(checkpoint, path)
-    log(f"restored {path}")
-    return path
-
-
 def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int = 4096) -> list[str]:
     """Leave in ``directory`` what a save killed half-way leaves: partial files of ``ckpt-number``.
 
@@ -433,10 +407,7 @@ def fit_backup_callbacks(backup_dir: str | os.PathLike, steps_per_epoch: int) ->
     """
     import keras
 
-    if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int):
-        raise TypeError(f"steps_per_epoch must be an int, got {steps_per_epoch!r}")
-    if steps_per_epoch < 1:
-        raise ValueError(f"steps_per_epoch must be at least 1, got {steps_per_epoch}")
+    positive_int("steps_per_epoch", steps_per_epoch)
     backup_dir = os.fspath(backup_dir)
 
     class ResumeCheck(keras.callbacks.Callback):

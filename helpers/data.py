@@ -16,7 +16,7 @@ import numpy as np
 
 from helpers import batches
 
-__all__ = ["ImageData", "load_images", "make_dataset", "network_available"]
+__all__ = ["ImageData", "load_images", "make_dataset"]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from helpers import timing
+from helpers._arguments import positive_int
 
 __all__ = [
     "check_loss_parity",
@@ -66,8 +67,7 @@ def scaled_learning_rate(
     if not (isinstance(base_rate, (int, float)) and math.isfinite(base_rate) and base_rate > 0):
         raise ValueError(f"base_rate must be a positive number, got {base_rate!r}")
     for label, value in (("global_batch_size", global_batch_size), ("base_batch", base_batch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     factor = global_batch_size / base_batch
     if rule == "linear":
         return base_rate * factor
@@ -86,11 +86,19 @@ class StepsChoice(NamedTuple):
     reason: str
 
 
-def _is_tpu_strategy(strategy) -> bool:
+def strategy_kind(strategy) -> str:
+    """``"tpu"`` (any TPUStrategy), ``"mirrored"`` (MirroredStrategy) or ``"other"``.
+
+    The one test of a strategy's kind (``helpers.readiness`` imports it).
+    """
     import tensorflow as tf
 
     kinds = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
-    return isinstance(strategy, kinds) or type(strategy).__name__.startswith("TPUStrategy")
+    if isinstance(strategy, kinds) or "TPUStrategy" in type(strategy).__name__:
+        return "tpu"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "mirrored"
+    return "other"
 
 
 def cross_device_ops_name(strategy) -> str | None:
@@ -118,11 +126,10 @@ def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
 
     Returns a ``(value, reason)`` named tuple. Taught in notebook 03.
     """
-    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
-        raise ValueError(f"steps_per_execution must be a positive integer, got {wanted!r}")
+    positive_int("steps_per_execution", wanted)
     replicas = strategy.num_replicas_in_sync
     name = type(strategy).__name__
-    if _is_tpu_strategy(strategy):
+    if strategy_kind(strategy) == "tpu":
         return StepsChoice(
             wanted,
             f"{name}: {wanted} steps per host call hide the host round trip "
@@ -161,8 +168,7 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
     execution. Taught in notebook 03.
     """
     for label, value in (("steps", steps), ("steps_per_execution", steps_per_execution)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     if steps < steps_per_execution:
         raise ValueError(
             f"{steps} steps are fewer than one execution of {steps_per_execution}: on repeating"
@@ -204,8 +210,7 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
         raise ValueError(
             f"need as many labels as examples (at least one); got {len(x)} and {len(y)}"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    positive_int("batch_size", batch_size)
     with tf.device("/cpu:0"):
         copy = keras.models.clone_model(model)
         copy.set_weights(model.get_weights())
@@ -305,8 +310,7 @@ def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
     import tensorflow as tf
 
     for label, value in (("steps", steps), ("epochs", epochs)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     spe = int(getattr(model, "steps_per_execution", 1) or 1)
     if steps % spe:
         raise ValueError(

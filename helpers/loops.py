@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from helpers import tf_internals
+from helpers._arguments import positive_int
 from helpers.batches import per_replica_batch
 
 __all__ = [
@@ -345,8 +346,7 @@ def check_replica_equivalence(
     """
     reference = reference or reference_strategy()
     make_optimizer = make_optimizer or _default_optimizer
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    positive_int("steps", steps)
     if not rtol > 0:
         raise ValueError(f"rtol must be positive, got {rtol!r}")
     replicas = strategy.num_replicas_in_sync

@@ -45,14 +45,13 @@ from pathlib import Path
 import numpy as np
 
 from helpers import batches, models, processes
+from helpers._arguments import positive_int
 from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
 
 __all__ = [
     "LOOPBACK",
     "PARENT_PID_ENV",
-    "ensure_ports_free",
     "free_ports",
-    "global_batches",
     "isolation_available",
     "LoopbackRun",
     "PortInUseError",
@@ -62,7 +61,6 @@ __all__ = [
     "tf_config",
     "train_on_loopback",
     "worker_dataset",
-    "worker_env",
     "WorkerError",
     "WorkerOutcome",
     "WorkerRun",
@@ -131,8 +129,7 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
 
     Taught in notebook 09.
     """
-    if count < 1:
-        raise ValueError(f"count must be at least 1, got {count}")
+    positive_int("count", count)
     sockets = []
     try:
         for _ in range(count):  # keep each socket open so the OS cannot hand out a port twice
@@ -278,7 +275,7 @@ class WorkerRun:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def log_tail(self, lines: int = 25) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
+        return processes.log_tail(self.log_path, lines)
 
 
 def worker_env(ports: Sequence[int], index: int, extra: Mapping[str, str | None] | None = None):
@@ -323,8 +320,7 @@ def run_workers(
     has exited and been reaped when this returns or raises.
     Taught in notebook 09.
     """
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
+    positive_int("num_workers", num_workers)
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     if ports is None:
@@ -341,7 +337,6 @@ def run_workers(
     workdir.mkdir(parents=True, exist_ok=True)
 
     procs: list[subprocess.Popen] = []
-    logs = []
     starts: list[float] = []
     ends: dict[int, float] = {}
     network = None
@@ -352,19 +347,15 @@ def run_workers(
             argv = [
                 a.replace("{index}", str(index)).replace("{workdir}", str(workdir)) for a in command
             ]
-            log = open(workdir / f"worker{index}.log", "wb")  # noqa: SIM115 - closed in finally
-            logs.append(log)
             starts.append(time.monotonic())
             procs.append(
-                subprocess.Popen(
+                processes.start(
                     [*prefix, sys.executable, *argv],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    workdir / f"worker{index}.log",
                     env=worker_env(ports, index, env),
                     # Own process group: a Ctrl-C in a terminal reaches this process, which then
                     # stops the workers itself, instead of the workers dying half-way on their own.
-                    start_new_session=True,
+                    new_session=True,
                 )
             )
         deadline = time.monotonic() + timeout
@@ -374,12 +365,12 @@ def run_workers(
                     continue
                 ends[index] = time.monotonic()
                 if proc.returncode != 0:
-                    _stop(procs)
+                    processes.stop(procs)
                     _raise_failure(index, proc, workdir, ports)
             if len(ends) < num_workers and time.monotonic() > deadline:
-                _stop(procs)
+                processes.stop(procs)
                 running = [i for i in range(num_workers) if i not in ends]
-                tail = _tail(workdir / f"worker{running[0]}.log") or "(empty)"
+                tail = processes.log_tail(workdir / f"worker{running[0]}.log") or "(empty)"
                 raise WorkersTimedOut(
                     f"worker(s) {running} still running after {timeout:.0f} s; all stopped. "
                     f"End of worker {running[0]}'s log: {tail}"
@@ -389,9 +380,9 @@ def run_workers(
         err.pids = tuple(proc.pid for proc in procs)  # so a caller can check they are gone
         raise
     finally:
-        _stop(procs)  # no-op when all have exited; kills and reaps otherwise (errors, Ctrl-C)
-        for log in logs:
-            log.close()
+        processes.stop(
+            procs
+        )  # no-op when all have exited; kills and reaps otherwise (errors, Ctrl-C)
         if network is not None:
             network.close()
     return [
@@ -407,28 +398,8 @@ def run_workers(
     ]
 
 
-def _stop(procs: Sequence[subprocess.Popen]) -> None:
-    """Kill every process still running, then wait for all of them (no zombies)."""
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                proc.kill()
-            except ProcessLookupError:
-                pass
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
-            pass
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
-    tail = _tail(workdir / f"worker{index}.log")
+    tail = processes.log_tail(workdir / f"worker{index}.log")
     if any(sign in tail for sign in PORT_TAKEN_SIGNS):
         raise PortInUseError(
             errno.EADDRINUSE,

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers import tf_internals
+from helpers._arguments import positive_int
 
 # Measured here in notebook 06, kept with every other clock in helpers.timing.
 from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
@@ -50,7 +51,6 @@ __all__ = [
     "input_wait_fraction",
     "parse",
     "read_tfrecords",
-    "serialize_example",
     "shard_plan",
     "to_photos",
     "transformations",
@@ -92,8 +92,7 @@ def to_photos(images: np.ndarray, size: int) -> np.ndarray:
     images = np.asarray(images)
     if images.ndim != 4:
         raise ValueError(f"expected images shaped [N, H, W, C], got shape {images.shape}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"size must be a positive integer, got {size!r}")
+    positive_int("size", size)
     if images.size and (images.min() < 0 or images.max() > 1):
         raise ValueError("expected float images in [0, 1]")
     big = tf.image.resize(images.astype(np.float32), (size, size), method="bilinear")
@@ -119,20 +118,6 @@ def _check_image(image: np.ndarray) -> None:
         raise ValueError(
             f"expected a uint8 image shaped [H, W, C], got {image.dtype} {image.shape}"
         )
-
-
-def serialize_example(image: np.ndarray, label: int, index: int) -> bytes:
-    """One ``tf.train.Example``: the image as PNG bytes (lossless), its label and its index.
-
-    The index lets a reader check the round trip even when files are read in parallel and in
-    no fixed order.
-    Part of helpers.pipelines, taught in notebook 06.
-    """
-    import tensorflow as tf
-
-    image = np.asarray(image)
-    _check_image(image)
-    return _example_bytes(tf.io.encode_png(image).numpy(), label, index)
 
 
 def write_tfrecords(
@@ -301,10 +286,7 @@ def build_pipeline(
 
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; choose one of {list(STAGES)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    positive_int("batch_size", batch_size)
     level = list(STAGES).index(stage)
     parallel = tf.data.AUTOTUNE if level >= 1 else None
 
@@ -363,8 +345,7 @@ def fill_caches(datasets, batches: int) -> list[str]:
     state. Pipelines without a cache are left alone: a pass over them prepares nothing that a
     later iterator could use, it would only cost a full pass of their work.
     """
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-        raise ValueError(f"batches must be a positive integer, got {batches!r}")
+    positive_int("batches", batches)
     filled = []
     for name, ds in datasets.items():
         if "CacheDataset" not in transformations(ds):
@@ -411,8 +392,7 @@ def autoshard_preview(dataset, policy: str, num_workers: int) -> list[list]:
 
     if policy not in AUTOSHARD_POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {AUTOSHARD_POLICIES}")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    positive_int("num_workers", num_workers)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = getattr(
         tf.data.experimental.AutoShardPolicy, policy
@@ -462,8 +442,7 @@ def shard_plan(
     if total_bytes <= 0:
         raise ValueError(f"total_bytes must be positive, got {total_bytes}")
     for label, value in (("hosts", hosts), ("files_per_host", files_per_host)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     if min_file_bytes <= 0:
         raise ValueError(f"min_file_bytes must be positive, got {min_file_bytes}")
     per_host = min(files_per_host, math.floor(total_bytes / hosts / min_file_bytes))

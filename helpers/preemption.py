@@ -42,13 +42,13 @@ from pathlib import Path
 import numpy as np
 
 from helpers import batches, data, loops, models, processes
+from helpers._arguments import positive_int
 
 __all__ = [
     "CRASH_IN",
     "HOLD_WHERE",
     "MODES",
     "Outcome",
-    "PROGRAM",
     "RunConfig",
     "RunFailed",
     "build",
@@ -112,8 +112,7 @@ class RunConfig:
             "steps_per_call",
         ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, value)
         if self.step_delay < 0:
             raise ValueError(f"step_delay must be 0 or more seconds, got {self.step_delay}")
         if self.save_every < 0:
@@ -288,20 +287,14 @@ class Outcome:
 def _launch(config: RunConfig, env: dict | None):
     workdir = Path(config.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    # Output goes to a file, not a pipe: a full pipe would block the child.
-    out = open(workdir / f"output-{time.time_ns()}.txt", "w")
     # On the CPU only, quiet (helpers.processes): the TPU or GPU stays with this process.
     env = processes.child_env({"PYTHONWARNINGS": "ignore", **(env or {})})
-    proc = subprocess.Popen(
-        command(config), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir
-    )
-    return proc, out
+    log = workdir / f"output-{time.time_ns()}.txt"
+    return processes.start(command(config), log, env=env, cwd=workdir)
 
 
-def _failure(message: str, proc, out, config: RunConfig) -> RunFailed:
-    if not out.closed:
-        out.flush()
-    text = Path(out.name).read_text(errors="replace")[-3000:]
+def _failure(message: str, proc, config: RunConfig) -> RunFailed:
+    text = proc.log_path.read_text(errors="replace")[-3000:]
     events = read_progress(config.log_path)[-5:]
     return RunFailed(f"{message}\n--- last events\n{events}\n--- output (tail)\n{text}")
 
@@ -321,7 +314,7 @@ def run_until_killed(
             raise ValueError("give kill_when, or a config with hold_at")
         kill_when = lambda events: any(e["event"] == "hold" for e in events)  # noqa: E731
     start = time.monotonic()
-    proc, out = _launch(config, env)
+    proc = _launch(config, env)
     try:
         while True:
             mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
@@ -330,17 +323,12 @@ def run_until_killed(
                 code = proc.wait(timeout=60)
                 break
             if proc.poll() is not None:
-                raise _failure(
-                    f"the run ended by itself (exit {proc.returncode})", proc, out, config
-                )
+                raise _failure(f"the run ended by itself (exit {proc.returncode})", proc, config)
             if time.monotonic() - start > timeout:
-                raise _failure(f"no kill point within {timeout:.0f} s", proc, out, config)
+                raise _failure(f"no kill point within {timeout:.0f} s", proc, config)
             time.sleep(0.05)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        out.close()
+        processes.stop([proc])  # never left running
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
     return Outcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
 
@@ -355,23 +343,16 @@ def run_to_end(
     Taught in notebook 08.
     """
     start = time.monotonic()
-    proc, out = _launch(config, env)
+    proc = _launch(config, env)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise _failure(
-            f"the run did not finish within {timeout:.0f} s", proc, out, config
-        ) from None
+        raise _failure(f"the run did not finish within {timeout:.0f} s", proc, config) from None
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        out.close()
+        processes.stop([proc])  # never left running
     expected = -signal.SIGKILL if crash else 0
     if proc.returncode != expected:
-        raise _failure(
-            f"the run ended with exit {proc.returncode}, not {expected}", proc, out, config
-        )
+        raise _failure(f"the run ended with exit {proc.returncode}, not {expected}", proc, config)
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
     return Outcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
 

@@ -484,7 +484,6 @@ def installed_route(path: Path | None = None) -> dict | None:
 
 
 __all__ = [
-    "Fact",
     "LIBTPU_NEWEST_SEEN",
     "NoRoute",
     "OTHER",
@@ -496,9 +495,7 @@ __all__ = [
     "choose_route",
     "installed_route",
     "markdown_table",
-    "platform_facts",
     "python_version",
     "record_installed",
-    "releases_for",
     "route_table",
 ]

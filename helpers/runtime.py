@@ -18,13 +18,10 @@ from helpers import failures, routes, versions
 from helpers.processes import TPU_ENV_HINTS
 
 __all__ = [
-    "COLAB_ENV",
-    "KAGGLE_ENV",
     "detect_platform",
     "ensure_tensorflow",
     "RestartRequired",
     "tensorflow_tpu_support",
-    "tpu_fix_commands",
     "tpu_hints",
     "TPUSupport",
     "TPUUnusableError",
@@ -132,16 +129,6 @@ def tensorflow_tpu_support() -> TPUSupport:
     if libtpu is not None:
         return TPUSupport(None, f"{name} {version} beside libtpu {libtpu}: may work (TPU VM image)")
     return TPUSupport(False, f"{name} {version} has no TPU support (no libtpu installed)")
-
-
-def tpu_fix_commands(platform: str | None = None, python: str | None = None) -> list[str]:
-    """The shell commands that give this platform a TensorFlow able to drive its TPU.
-
-    Raises :class:`helpers.routes.NoRoute` when no TPU build has a wheel for ``python``.
-    Part of helpers.runtime, taught in notebook 01.
-    """
-    platform = platform or detect_platform()
-    return list(routes.choose_route(platform, python).commands)
 
 
 def unusable_tpu_message(

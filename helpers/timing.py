@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from helpers._arguments import positive_int
+
 __all__ = [
     "compare",
     "compare_throughput",
@@ -225,8 +227,7 @@ def compare_timings(
     """
     if not setups:
         raise ValueError("nothing to time")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    positive_int("rounds", rounds)
     per_round: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(rounds):
         for name, setup in setups.items():
@@ -324,8 +325,7 @@ def _timed(fn) -> float:
 
 
 def _check_counts(repeats, warmup) -> None:
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    positive_int("repeats", repeats)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
 

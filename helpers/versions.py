@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-__all__ = ["TF_DISTRIBUTIONS", "installed", "tensorflow_distribution"]
+__all__ = ["installed", "tensorflow_distribution"]
 
 # Distribution names under which TensorFlow is installed, most specific first.
 TF_DISTRIBUTIONS = (

@@ -127,7 +127,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from helpers._arguments import positive_int as _positive_int
 from helpers.fitting import steps_per_execution_for
+from helpers.fitting import strategy_kind as _strategy_kind
 from helpers.readiness._inputs import check_dataset
 from helpers.readiness._model import check_model
 from helpers.readiness._pipeline import check_pipeline
@@ -236,12 +238,6 @@ def _is_keras_layer(obj) -> bool:
     return isinstance(obj, keras.layers.Layer)
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def _replica_count(strategy, strategy_given: bool, replicas, input_context) -> int:
     """The replica count, from whichever of strategy, input context and ``replicas`` was given."""
     said = []
@@ -284,16 +280,6 @@ def _steps_per_execution(model, value) -> int | None:
 
 
 # --------------------------------------------------------------------------------- strategy
-
-
-def _strategy_kind(strategy) -> str:
-    import tensorflow as tf
-
-    if "TPUStrategy" in type(strategy).__name__:
-        return "tpu"
-    if isinstance(strategy, tf.distribute.MirroredStrategy):
-        return "mirrored"
-    return "other"
 
 
 def _check_steps_per_execution(spe: int, strategy, replicas: int, report: Report) -> None:
