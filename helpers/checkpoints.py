@@ -1,4 +1,4 @@
-"""Checkpoints for custom loops and ``fit``, restored with clear errors (taught in notebook 08).
+"""Checkpoints for custom loops and ``fit``, restored with clear errors (notebook 08).
 
 Notebook 08 writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
 ``tf.train.CheckpointManager``, restores checked with ``status.assert_consumed()`` /
@@ -68,10 +68,7 @@ STATE_FILE = "checkpoint"  # the file CheckpointManager rewrites, atomically, af
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used; the message says why and what to do.
-
-    Part of helpers.checkpoints, taught in notebook 08.
-    """
+    """A checkpoint cannot be used; the message says why and what to do."""
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
@@ -82,10 +79,7 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 class CheckpointMismatchError(CheckpointError, ValueError):
-    """The checkpoint does not fit the objects it is restored into.
-
-    Taught in notebook 08.
-    """
+    """The checkpoint does not fit the objects it is restored into."""
 
 
 def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **objects):
@@ -98,6 +92,7 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
     reads every replica's copy of each variable, so it is always called in cross-replica
     context. First :func:`repair` tidies ``directory`` after a save that was killed. Taught in
     notebook 08.
+    Taught in notebook 08.
     """
     import tensorflow as tf
 
@@ -111,10 +106,7 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
 
 
 def checkpoint_files(prefix: str | os.PathLike) -> list[str]:
-    """The files of the checkpoint ``prefix`` (``.../ckpt-3``): its index and data shards.
-
-    Part of helpers.checkpoints, taught in notebook 08.
-    """
+    """The files of the checkpoint ``prefix`` (``.../ckpt-3``): its index and data shards."""
     prefix = Path(prefix)
     return sorted(
         p.name
@@ -193,10 +185,7 @@ def latest_checkpoint(directory: str | os.PathLike) -> str | None:
 
 @dataclass
 class Repair:
-    """What :func:`repair` found and did.
-
-    Part of helpers.checkpoints, taught in notebook 08.
-    """
+    """What :func:`repair` found and did."""
 
     latest: str | None  # the checkpoint a restart resumes from
     dropped: list[str] = field(default_factory=list)  # listed, incomplete: no longer listed
@@ -231,7 +220,8 @@ def repair(directory: str | os.PathLike) -> Repair:
     Committed checkpoints and older unlisted ones are never touched. Raises
     :class:`CheckpointNotFoundError` when the state file lists checkpoints and none is complete
     (nothing is deleted then). Run it only while no other process saves into ``directory``.
-    :func:`make_checkpoint` calls it. Taught in notebook 08.
+    :func:`make_checkpoint` calls it.
+    Taught in notebook 08.
     """
 
     directory = os.fspath(directory)
@@ -375,6 +365,7 @@ def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int =
     The data writer's temporary folder with a truncated shard, and a truncated data file with
     no index, just as if the process died before ``CheckpointManager`` committed the save. The
     state file is not touched. Returns the names created. For notebook 08 and the tests.
+    Taught in notebook 08.
     """
     directory = Path(directory)
     if not directory.is_dir():

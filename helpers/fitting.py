@@ -62,7 +62,8 @@ def scaled_learning_rate(
     A batch ``k`` times larger averages ``k`` times more examples per step, so its gradient is
     less noisy and a larger step is safe. ``rule="linear"`` multiplies the rate by ``k`` (the usual
     rule for SGD, with warm-up for very large batches); ``rule="sqrt"`` by ``sqrt(k)``, a gentler
-    choice often used with Adam. Taught in notebook 03.
+    choice often used with Adam.
+    Taught in notebook 12.
     """
     if not (isinstance(base_rate, (int, float)) and math.isfinite(base_rate) and base_rate > 0):
         raise ValueError(f"base_rate must be a positive number, got {base_rate!r}")
@@ -77,10 +78,7 @@ def scaled_learning_rate(
 
 
 class StepsChoice(NamedTuple):
-    """``steps_per_execution`` for ``model.compile`` and the reason for it.
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """``steps_per_execution`` for ``model.compile`` and the reason for it."""
 
     value: int
     reason: str
@@ -124,7 +122,8 @@ def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
       ``HierarchicalCopyAllReduce``, which this project checked on CPU devices.
     - Anything else with 2+ replicas: 1, because it was not checked.
 
-    Returns a ``(value, reason)`` named tuple. Taught in notebook 03.
+    Returns a ``(value, reason)`` named tuple.
+    Taught in notebooks 03, 10.
     """
     positive_int("steps_per_execution", wanted)
     replicas = strategy.num_replicas_in_sync
@@ -165,7 +164,8 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
     ``steps=9`` reads 32 batches (its ``EpochIterator`` counts steps in whole executions; seen
     with Keras 3.13 and 3.15). Pass the result as ``steps_per_epoch`` so that an epoch is what
     it says; evaluate and predict on a finite dataset instead, which ends cleanly inside an
-    execution. Taught in notebook 03.
+    execution.
+    Taught in notebook 10.
     """
     for label, value in (("steps", steps), ("steps_per_execution", steps_per_execution)):
         positive_int(label, value)
@@ -179,10 +179,7 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`).
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`)."""
 
     loss: float
     accuracy: float
@@ -195,7 +192,8 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
     The reference for checking that distribution did not change the maths: a fresh copy of the
     model with the same weights, outside any strategy, on ``/cpu:0``; its logits are turned into
     the loss in float64 NumPy, independently of Keras' loss code. ``model`` must output logits;
-    ``y`` holds integer class labels. Call it outside ``strategy.scope()``. Taught in notebook 03.
+    ``y`` holds integer class labels. Call it outside ``strategy.scope()``.
+    Taught in notebook 03.
     """
     import keras
     import tensorflow as tf
@@ -233,10 +231,7 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
 
 
 class LossMismatchError(AssertionError):
-    """The distributed loss is not finite or differs from the one-device reference.
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """The distributed loss is not finite or differs from the one-device reference."""
 
 
 def check_loss_parity(
@@ -278,10 +273,7 @@ def check_loss_parity(
 
 @dataclass(frozen=True)
 class FitTiming:
-    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`).
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`)."""
 
     per_step: tuple[float, ...]
     first_epoch: float
@@ -305,7 +297,8 @@ def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
     apart; each later epoch gives one seconds-per-step value. One ``fit`` call serves all epochs
     (each new ``fit`` call sets up its distributed input again). The model trains while it is
     timed: use it when its weights no longer matter, or a copy. ``dataset`` must repeat
-    (``steps`` per epoch, a multiple of the model's ``steps_per_execution``). Taught in notebook 03.
+    (``steps`` per epoch, a multiple of the model's ``steps_per_execution``).
+    Taught in notebook 03.
     """
     import tensorflow as tf
 

@@ -87,10 +87,7 @@ class PortInUseError(OSError):
 
 
 class WorkerError(RuntimeError):
-    """A worker process exited with an error; the message holds the end of its log.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """A worker process exited with an error; the message holds the end of its log."""
 
     pids: tuple[int, ...] = ()
 
@@ -147,7 +144,6 @@ def ensure_ports_free(ports: Sequence[int], host: str = LOOPBACK) -> None:
 
     Each port is tried on ``host`` and on the wildcard address, because TensorFlow's server
     listens on all interfaces: a port held on any of them would make it fail.
-    Part of helpers.multiworker, taught in notebook 09.
     """
     if len(set(ports)) != len(ports):
         raise ValueError(f"ports must be distinct, got {list(ports)}")
@@ -259,10 +255,7 @@ class _PrivateNetwork:
 
 @dataclass
 class WorkerRun:
-    """One finished worker process: its exit code, run time and log file.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """One finished worker process: its exit code, run time and log file."""
 
     index: int
     pid: int
@@ -283,7 +276,7 @@ def worker_env(ports: Sequence[int], index: int, extra: Mapping[str, str | None]
 
     :func:`helpers.processes.child_env` keeps a worker quiet and off the TPU or GPU that the
     notebook's own process owns. The helpers package the parent uses is put on ``PYTHONPATH`` so
-    ``python -m helpers...`` finds the same code. Taught in notebook 09.
+    ``python -m helpers...`` finds the same code.
     """
     package_root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
@@ -415,10 +408,7 @@ def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
 
 @dataclass
 class WorkerOutcome:
-    """What one worker reports after training: its shard, losses and final weights.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """What one worker reports after training: its shard, losses and final weights."""
 
     task_id: int
     replicas_in_sync: int
@@ -434,10 +424,7 @@ class WorkerOutcome:
 
 @dataclass
 class LoopbackRun:
-    """The result of :func:`train_on_loopback`: one :class:`WorkerOutcome` per worker.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """The result of :func:`train_on_loopback`: one :class:`WorkerOutcome` per worker."""
 
     workers: list[WorkerOutcome]
     ports: list[int]
@@ -508,10 +495,7 @@ def train_on_loopback(
 
 
 def global_batches(run: LoopbackRun, steps: int) -> list[np.ndarray]:
-    """The example numbers of each step's global batch: every worker's share, in worker order.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """The example numbers of each step's global batch: every worker's share, in worker order."""
     batches = []
     for step in range(steps):
         parts = []
@@ -576,6 +560,7 @@ def worker_dataset(x, y, context, global_batch_size: int, seed: int = 0):
     Keeps the worker's shard (``context.input_pipeline_id`` of ``num_input_pipelines``) of
     ``(image, label, example number)`` and batches it per replica; the example numbers show
     afterwards which worker trained on what.
+    Taught in notebook 09.
     """
     import tensorflow as tf
 

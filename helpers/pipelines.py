@@ -85,7 +85,8 @@ def to_photos(images: np.ndarray, size: int) -> np.ndarray:
 
     The lessons' images are tiny (Fashion-MNIST's are 28x28); decoding them costs almost nothing,
     unlike the photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
-    decoding and augmentation work. Taught in notebook 06.
+    decoding and augmentation work.
+    Taught in notebooks 00, 06, 11.
     """
     import tensorflow as tf
 
@@ -132,7 +133,8 @@ def write_tfrecords(
 
     Files are named ``{prefix}-00000-of-00004.tfrecord`` and so on, the usual convention, so a
     glob such as ``train-*.tfrecord`` finds them all. ``directory`` may be local or a ``gs://``
-    path (``tf.io.gfile`` handles both). Taught in notebook 06.
+    path (``tf.io.gfile`` handles both).
+    Taught in notebook 11.
     """
     import tensorflow as tf
 
@@ -166,20 +168,14 @@ def write_tfrecords(
 
 
 def parse(serialized):
-    """Parse one serialized example, or a batch of them, into a dict of tensors.
-
-    Taught in notebook 06.
-    """
+    """Parse one serialized example, or a batch of them, into a dict of tensors."""
     import tensorflow as tf
 
     return tf.io.parse_example(serialized, _feature_spec())
 
 
 def decode(serialized):
-    """Serialized example -> ``(uint8 image [H, W, 1], int32 label)``; per example.
-
-    Taught in notebook 06.
-    """
+    """Serialized example -> ``(uint8 image [H, W, 1], int32 label)``; per example."""
     import tensorflow as tf
 
     features = parse(serialized)
@@ -219,7 +215,6 @@ def read_tfrecords(
     ``parallel=True`` reads several files at once with ``interleave``, which is what hides the
     latency of remote storage (GCS); ``False`` reads them one after another. ``deterministic``
     None follows the dataset's ``tf.data.Options`` (deterministic unless they say otherwise).
-    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -280,7 +275,8 @@ def build_pipeline(
     Every stage yields the same kind of batch, ``(float32 [batch_size, out_size, out_size, 1],
     int32 [batch_size])``, shuffled and repeated forever; each keeps the stages before it.
     ``"naive"`` is the pipeline most tutorials show: files read in turn, one ``map`` per
-    example doing all the work, no parallelism, no prefetch. Taught in notebook 06.
+    example doing all the work, no parallelism, no prefetch.
+    Taught in notebooks 06, 11.
     """
     import tensorflow as tf
 
@@ -328,6 +324,7 @@ def transformations(dataset) -> list[str]:
     as ``ParallelMapDataset``, ``with_options`` as ``OptionsDataset``. It follows tf.data's
     private ``_input_dataset`` links, the only way to walk the chain; an interleave's file list
     is one step.
+    Taught in notebook 06.
     """
     names = []
     while dataset is not None:
@@ -344,6 +341,7 @@ def fill_caches(datasets, batches: int) -> list[str]:
     dataset and shared by every later iterator, so a measurement afterwards sees the steady
     state. Pipelines without a cache are left alone: a pass over them prepares nothing that a
     later iterator could use, it would only cost a full pass of their work.
+    Taught in notebook 06.
     """
     positive_int("batches", batches)
     filled = []
@@ -366,6 +364,7 @@ def input_wait_fraction(step_seconds: float, cached_step_seconds: float) -> floa
     accelerator waited. Near 0: compute-bound, the pipeline is fast enough. Near 1: input-bound,
     the accelerator mostly idles. Measurement noise can make the cached step the slower one; that
     reads as 0.
+    Taught in notebook 06.
     """
     for label, value in (
         ("step_seconds", step_seconds),
@@ -386,7 +385,8 @@ def autoshard_preview(dataset, policy: str, num_workers: int) -> list[list]:
     rewriting it per worker; this calls TensorFlow's own rewrite (the internal
     ``input_ops.auto_shard_dataset`` that the strategies call), so the preview shows the real
     behaviour on one machine. Being internal, it may move in a future TensorFlow. Returns one
-    list of elements (as numpy values) per worker. Taught in notebook 06.
+    list of elements (as numpy values) per worker.
+    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -410,6 +410,7 @@ def files_for_host(files: Sequence[str], input_context) -> list[str]:
     Each of the ``num_input_pipelines`` hosts takes every n-th file, starting at its
     ``input_pipeline_id``: the hosts read disjoint files that together cover all of them. A host
     with no file would have nothing to feed its TPU cores, so that raises.
+    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -437,7 +438,8 @@ def shard_plan(
     ten times as many files as hosts reading them, each at least 10 MB and ideally 100 MB or
     more. This gives ``files_per_host`` files per host unless they would be smaller than
     ``min_file_bytes``; then fewer, larger files, never fewer than one per host. The count is a
-    multiple of ``hosts``, so every host reads the same share. Taught in notebook 06.
+    multiple of ``hosts``, so every host reads the same share.
+    Taught in notebook 06.
     """
     if total_bytes <= 0:
         raise ValueError(f"total_bytes must be positive, got {total_bytes}")

@@ -1,4 +1,4 @@
-"""A training run that survives being killed, and the tools to kill it (taught in notebook 08).
+"""A training run that survives being killed, and the tools to kill it (notebook 08).
 
 The run itself is a program of its own, started in a new process so that it can really be
 killed (SIGKILL: no exception, no ``finally``, no chance to save)::
@@ -177,6 +177,7 @@ def resumable_dataset(
     is avoided on purpose: its order also depends on the global seed, which other code in the
     process may set. This stands in for checkpointing the iterator, which ``tf.distribute``'s
     distributed iterators do not support (notebook 08 shows the error).
+    Taught in notebook 08.
     """
     import tensorflow as tf
 
@@ -213,7 +214,8 @@ def weights_digest(model) -> str:
 def build(config: RunConfig, strategy):
     """Model and optimizer, created in ``strategy.scope()`` (the optimizer built, see loops.py).
 
-    Taught in notebook 08, whose own process builds the same model as the runs it kills.
+    Notebook 08's own process builds the same model as the runs it kills.
+    Taught in notebook 08.
     """
     import keras
 
@@ -261,18 +263,12 @@ def read_progress(path: str | os.PathLike) -> list[dict]:
 
 
 class RunFailed(RuntimeError):
-    """The training process did not do what was expected; the message holds its output.
-
-    Part of helpers.preemption, taught in notebook 08.
-    """
+    """The training process did not do what was expected; the message holds its output."""
 
 
 @dataclass
 class Outcome:
-    """How one process ended: its return code, pid and the events it logged.
-
-    Part of helpers.preemption, taught in notebook 08.
-    """
+    """How one process ended: its return code, pid and the events it logged."""
 
     returncode: int
     pid: int
@@ -364,6 +360,7 @@ def summarize(events: list[dict], steps_per_epoch: int) -> dict:
     training steps computed, in all processes), ``repeated_steps`` (computed more than once
     because a kill lost them) and ``repeated_epochs`` (epochs that had *finished* in one process
     and were trained again by a later one: must be empty).
+    Taught in notebook 08.
     """
     runs: dict[int, dict] = {}
     for event in events:

@@ -16,7 +16,7 @@ and the tests' fresh interpreters. Each needs the same things, so they come from
   (notebook 08's killed training runs, notebook 09's workers): output into a log file, never a
   pipe; every child killed and reaped whatever happens to the parent.
 
-Nothing here imports TensorFlow. Taught in notebooks 08 and 09 (the programs they start).
+Nothing here imports TensorFlow. Notebooks 08 and 09 start such programs.
 """
 
 from __future__ import annotations
@@ -67,19 +67,13 @@ _EARLY_ABSL = re.compile(r"^[IW]\d{4} ")  # an absl INFO or WARNING line, as 2.1
 
 
 def tensorflow_version() -> str:
-    """The installed TensorFlow's version, whichever distribution brought it ("" if none).
-
-    Part of helpers.processes, taught in notebooks 08, 09.
-    """
+    """The installed TensorFlow's version, whichever distribution brought it ("" if none)."""
     found = versions.tensorflow_distribution()
     return found[1] if found else ""
 
 
 def unsilenceable_logs_here(version: str | None = None) -> bool:
-    """True with the TensorFlow releases (2.19, 2.20) whose early absl lines no setting reaches.
-
-    Part of helpers.processes, taught in notebooks 08, 09.
-    """
+    """True with the TensorFlow releases (2.19, 2.20) whose early absl lines no setting reaches."""
     version = tensorflow_version() if version is None else version
     return version.startswith(("2.19.", "2.20."))
 
@@ -90,7 +84,6 @@ def harmless(line: str, *, early_absl: bool | None = None) -> bool:
     ``early_absl`` (by default: with TensorFlow 2.19 or 2.20) also counts any absl INFO or
     WARNING line as harmless, since those releases write them before any setting applies.
     Errors (``E0000 ...``) are never harmless.
-    Part of helpers.processes, taught in notebooks 08, 09.
     """
     if HARMLESS_LOG.search(line):
         return True
@@ -109,7 +102,6 @@ def child_env(
     TensorFlow's log level is set unless the user chose one, Python writes unbuffered (a parent
     follows the child's output as it comes), and with ``cpu_only`` the child keeps off this
     process's TPU or GPU. ``extra`` comes last; a value of None removes that variable.
-    Part of helpers.processes, taught in notebooks 08, 09.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault(LOG_LEVEL_VARIABLE, TF_LOG_LEVEL)
@@ -130,7 +122,6 @@ def default_sigint() -> None:
     A program started from a shell's background job (``make test &``, ``nohup``) inherits SIGINT
     ignored, and Python then installs no handler of its own: a parent that stops its children
     with SIGINT would wait for nothing. Every child program calls this first.
-    Part of helpers.processes, taught in notebooks 08, 09.
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -60,7 +60,6 @@ __all__ = [
 ]
 
 # The step marker: a TraceMe of this name with a step_num stat is a step to the profiler's tools.
-# Taught in notebook 11.
 STEP_EVENT = "train"
 # Events that are the host or a replica waiting for the next batch of a tf.data iterator.
 _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIteratorGetNext")
@@ -69,7 +68,7 @@ _BATCH_EVENT = re.compile(r"^(IteratorGetNextOp::DoCompute|GetNextFromShard0)$")
 # An op execution on a compute thread is named "<node name>:<op type>".
 _OP_EVENT = re.compile(r"^(?P<node>[^:]+):(?P<type>[A-Za-z0-9_]+)$")
 # The lines :func:`diagnose` draws, as shares (0 to 1); its docstring says why each is where it
-# is. Taught in notebook 11.
+# is.
 INPUT_BOUND_SHARE = 0.20  # input waits, of the call's time
 HOST_BOUND_SHARE = 0.40  # the host's own work, of the call's time not spent waiting for input
 HEALTHY_INPUT_SHARE = 0.05  # "healthy" needs input waits below this share of the call
@@ -82,7 +81,7 @@ def capture(logdir: str | os.PathLike) -> Iterator[dict]:
 
     Keep the block short (a few steps, a second or two): the file grows with every op run.
     ``"xplane"`` is the path of the ``.xplane.pb`` written, the file every other function here
-    and TensorBoard's Profile tab read (``tensorboard --logdir <logdir>``). Taught in notebook 11.
+    and TensorBoard's Profile tab read (``tensorboard --logdir <logdir>``).
     """
     import tensorflow as tf
 
@@ -113,6 +112,7 @@ def profile_calls(
     prefetch buffers filled while the program did something else, which would hide waits.
     Returns ``(xplane path, extract(xplane path))``. Notebook 11 writes these lines by hand for
     its first profile (tests/test_lesson_code_11.py reads both alike).
+    Taught in notebook 11.
     """
     for i in range(warmup):
         timing.fetch(call(-1 - i))
@@ -138,10 +138,7 @@ def _xplanes(logdir: str) -> list[str]:
 
 
 def step(number: int):
-    """Mark one training step (a context manager), so the trace knows where steps begin and end.
-
-    Taught in notebook 11.
-    """
+    """Mark one training step (a context manager), so the trace knows where steps begin and end."""
     import tensorflow as tf
 
     return tf.profiler.experimental.Trace(STEP_EVENT, step_num=int(number), _r=1)
@@ -154,6 +151,7 @@ def retracing_warning_hidden():
     The lesson finds retracing in the profile; the warning would give the answer away (and it
     appears only after five retraces in a row, so it is no substitute for a profile). Taught in
     notebook 11.
+    Taught in notebook 11.
     """
     logger = logging.getLogger("tensorflow")
     previous = logger.level
@@ -186,6 +184,7 @@ def extract(xplane_path: str | os.PathLike) -> dict:
     Times are in microseconds from the first step marker. Only the host plane is read (on a
     CPU or GPU host the ops run there; a TPU's own planes are not read here). Taught in
     notebook 11.
+    Taught in notebook 11.
     """
     proto = _xplane_proto().XSpace()
     with open(xplane_path, "rb") as f:
@@ -296,7 +295,7 @@ class ProfileSummary:
     """What a profile says about the calls it recorded (times in milliseconds, shares 0 to 1).
 
     One recorded call is one marked step: one call of the training function, which may run
-    several training steps. Returned by :func:`summarize`; taught in notebook 11.
+    several training steps. Returned by :func:`summarize`.
     """
 
     steps: int  # profiled calls (marked steps)
@@ -390,7 +389,7 @@ def _intersect(first: list, second: list) -> list:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """A verdict of :func:`diagnose` and the numbers that decided it. Taught in notebook 11."""
+    """A verdict of :func:`diagnose` and the numbers that decided it."""
 
     verdict: str  # "retracing", "input-bound", "host-overhead", "compute-bound" or "healthy"
     reason: str  # the numbers that decided it
@@ -407,7 +406,7 @@ class Diagnosis:
         )
 
 
-# What to do about each verdict. Taught in notebook 11.
+# What to do about each verdict.
 FIXES = {
     "retracing": "pass values that change as tensors (tf.constant), not Python numbers, and keep "
     "shapes static: drop_remainder=True, pad to fixed lengths (padded_shapes), or give the "
@@ -422,7 +421,7 @@ FIXES = {
     "healthy": "nothing outside the ops to fix in this profile; for more speed, the ops "
     "themselves: the slowest op types, bfloat16 (notebook 05), tile-filling sizes (notebook 10)",
 }
-# The host-overhead fix when each call already runs several training steps. Taught in notebook 11.
+# The host-overhead fix when each call already runs several training steps.
 HOST_WORK_IN_STEPS_FIX = (
     "each call already runs several training steps, so the host's work is inside them "
     "(launching every op on every replica, Python in the step): give each op more work with a "
@@ -465,7 +464,6 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
        shows): nothing outside the ops is left to fix;
     5. **compute-bound** otherwise: the ops are the limit, with some input or host time left;
        the slowest op types (``summary.slowest_ops``) are the next place to look.
-
     Taught in notebook 11.
     """
     s = summary
@@ -521,6 +519,7 @@ def profiler_tool(xplane_path: str | os.PathLike, tool: str):
     ``"framework_op_stats"`` or ``"overview_page"``. Needs the ``xprof`` package (the
     profiler behind TensorBoard's Profile tab). Its C++ log lines are dropped. Taught in
     notebook 11.
+    Taught in notebook 11.
     """
     with quiet._captured_stderr():
         # Here, not at the top: xprof is optional, and its import writes C++ log lines.

@@ -17,7 +17,9 @@ Derived, and so never edited by hand:
 - each stack's requirements header and TensorFlow pin, from ``helpers.routes`` (``tools/stacks.py``);
 - what follows from the repository setting and the Python range in pyproject.toml: README.md's
   links, the facts stated in README.md, CONTRIBUTING.md and the book's pages, and two lines of the
-  helpers (``tools/repository.py``).
+  helpers (``tools/repository.py``);
+- the "Taught in notebook NN." line of each helper's docstring, from the lessons' code cells that
+  name it (``tools/provenance.py``).
 
 A new ``NN_name.ipynb`` slots in with ``make sync``: its title cell and its "What you need" cell are
 copied into a new manifest entry, and from then on the manifest is where they are edited. The
@@ -37,6 +39,7 @@ import textwrap
 from pathlib import Path
 
 import manifest as manifest_file
+import provenance
 import repository
 import stacks
 from notebook_files import ROOT, dumps, notebook_paths, read, settings, source
@@ -542,6 +545,12 @@ def main() -> int:
             stale.append(file)
             if not args.check:
                 (ROOT / file).write_text(after, encoding="utf-8")
+    # After the notebooks: which lesson's code cells name each helper.
+    for file, after in provenance.stale_lines().items():
+        stale.append(file)
+        if not args.check:
+            (ROOT / file).write_text(after, encoding="utf-8")
+    found += provenance.hand_written()
     found += repository.unsupported_pythons()
     if found:
         print("Fix by hand:", *found, sep="\n  ")
