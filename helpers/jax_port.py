@@ -1,6 +1,6 @@
 """Keras 3 on JAX: the collection's training with ``keras.distribution`` instead of TPUStrategy.
 
-Taught in notebook 12. Reused from the TensorFlow lessons unchanged, because they never touch
+ Reused from the TensorFlow lessons unchanged, because they never touch
 TensorFlow: :func:`helpers.data.load_images`, :func:`helpers.models.build_classifier` and
 :class:`helpers.loops.Equivalence` (the 8-versus-1 verdict of notebook 04). What differs lives
 here:
@@ -48,27 +48,18 @@ DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
 class RestartKernel(RuntimeError):
-    """This process already imported something that fixes the backend or the devices.
-
-    Part of helpers.jax_port, taught in notebooks 04, 12.
-    """
+    """This process already imported something that fixes the backend or the devices."""
 
 
 def accelerator_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
-    """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host.
-
-    Part of helpers.jax_port, taught in notebooks 04, 12.
-    """
+    """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host."""
     hints = runtime.tpu_hints(env, dev)
     hints += sorted(str(p) for p in Path(dev).glob("nvidia[0-9]*"))
     return hints
 
 
 def xla_flags(current: str, devices: int) -> str:
-    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept).
-
-    Part of helpers.jax_port, taught in notebooks 04, 12.
-    """
+    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept)."""
     kept = [flag for flag in current.split() if not flag.startswith(DEVICE_COUNT_FLAG + "=")]
     return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
 
@@ -177,7 +168,7 @@ def batches(
     ``seed`` and the epoch number, so every host draws the same order. With several hosts
     (``process_count`` > 1, e.g. ``jax.process_index()``/``jax.process_count()``), each host
     yields only its slice of each global batch, as Keras on JAX expects of each process.
-    Taught in notebooks 01, 03, 10, 12.
+    Taught in notebook 12.
     """
     per_replica_batch(global_batch_size, process_count)
     if not 0 <= process_index < process_count:
@@ -272,6 +263,7 @@ def check_device_equivalence(
     Both start from the weights ``make_model()`` draws under ``distribution`` and see the same
     batches. The verdict is notebook 04's :class:`helpers.loops.Equivalence`: the runs agree
     when the largest weight difference is below ``rtol`` times the largest update.
+    Taught in notebook 12.
     """
     devices = len(distribution.device_mesh.devices.flatten())
     reference_devices = len(reference.device_mesh.devices.flatten())
