@@ -40,11 +40,17 @@ __all__ = [
     "mesh_shape",
     "placement",
     "RestartKernel",
+    "thread_pool_size",
     "train_same_batches",
     "xla_flags",
 ]
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# jaxlib's CPU client sizes its two thread pools from this variable, read once when JAX starts
+# (``DefaultThreadPoolSize`` in openxla/xla, xla/pjrt/utils.cc; jaxlib 0.7.2 and 0.10.2 both
+# read it). It is an environment variable, not an XLA flag: a jaxlib that did not know it would
+# ignore it, where an unknown XLA flag ends the process.
+POOL_SIZE_VARIABLE = "PJRT_NPROC"
 
 
 class RestartKernel(RuntimeError):
@@ -73,6 +79,25 @@ def xla_flags(current: str, devices: int) -> str:
     return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
 
 
+def thread_pool_size(devices: int, cores: int | None = None) -> int:
+    """Threads for JAX's CPU pools so that ``devices`` simulated devices cannot starve them.
+
+    jaxlib sizes each pool to the larger of the cores and the devices (``GetPjRtCpuClient`` in
+    openxla/xla, xla/pjrt/cpu/cpu_client.cc): exactly the devices on a machine with fewer cores,
+    the minimum for one collective. Each device's part of a collective holds a thread until all
+    of them arrive, and the launch of a device whose earlier work is still queued holds one
+    more while it waits; when those fill the pool, the queued work has no thread left, the
+    last devices never arrive, and XLA ends the process after its rendezvous timeout
+    ("Termination timeout for `all reduce` ... Expected 8 threads to join"). Twice the devices
+    plus one leaves a thread for that work. Taught in notebook 12.
+    """
+    if devices < 1:
+        raise ValueError(f"devices must be at least 1, got {devices}")
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(cores or 1, 2 * devices + 1)
+
+
 def configure(
     simulated_devices: int = 8,
     *,
@@ -84,7 +109,9 @@ def configure(
 
     Sets ``KERAS_BACKEND=jax`` and, when no TPU or GPU is in sight and ``simulated_devices`` >
     1, ``XLA_FLAGS`` so that JAX's CPU platform shows that many devices (the counterpart of
-    the simulated TPU of notebook 01). Both only work before the first import of Keras and
+    the simulated TPU of notebook 01), and ``PJRT_NPROC`` (unless already set) to
+    :func:`thread_pool_size`, so that a busy machine with fewer cores than devices does not
+    deadlock in a collective. All of them only work before the first import of Keras and
     JAX, so a process that already imported them with other settings, or that imported
     TensorFlow at all, raises :class:`RestartKernel` with what to do. Calling it again with
     the same settings (a re-run cell) is fine. ``env``, ``modules`` and ``dev`` default to
@@ -104,6 +131,8 @@ def configure(
     wanted = {"KERAS_BACKEND": "jax"}
     if simulated_devices > 1 and not accelerator_hints(env, dev):
         wanted["XLA_FLAGS"] = xla_flags(env.get("XLA_FLAGS", ""), simulated_devices)
+        if POOL_SIZE_VARIABLE not in env:
+            wanted[POOL_SIZE_VARIABLE] = str(thread_pool_size(simulated_devices))
     for name in ("keras", "jax"):
         if name in modules and any(env.get(k) != v for k, v in wanted.items()):
             raise RestartKernel(
