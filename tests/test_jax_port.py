@@ -36,6 +36,13 @@ def test_thread_pool_size_leaves_a_thread_beyond_two_per_device():
         jax_port.thread_pool_size(0)
 
 
+def test_donation_is_safe_from_the_first_jaxlib_checked_right():
+    assert not jax_port.donation_is_safe("0.7.2")  # the kaggle and colab stacks
+    assert jax_port.donation_is_safe("0.10.2")  # the main stack
+    assert jax_port.donation_is_safe("1.0.0rc1")
+    assert not jax_port.donation_is_safe("0.9.0.dev20260101")
+
+
 def test_configure_keeps_a_pool_size_the_user_chose():
     env = {"PJRT_NPROC": "32"}
     assert "PJRT_NPROC" not in jax_port.configure(8, env=env, modules={}, dev="/nonexistent")
