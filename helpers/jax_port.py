@@ -83,7 +83,7 @@ def thread_pool_size(devices: int, cores: int | None = None) -> int:
     more while it waits; when those fill the pool, the queued work has no thread left, the
     last devices never arrive, and XLA ends the process after its rendezvous timeout
     ("Termination timeout for `all reduce` ... Expected 8 threads to join"). Twice the devices
-    plus one leaves a thread for that work. Taught in notebook 12.
+    plus one leaves a thread for that work.
     """
     if devices < 1:
         raise ValueError(f"devices must be at least 1, got {devices}")
