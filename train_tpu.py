@@ -519,14 +519,15 @@ def writable(folder):
         raise UsageError(f"Cannot write to {folder} ({reason}).") from None
 
 
-def main(argv=None):
+def main(argv=None, strategy=None):
+    """Run the script; `strategy`: one already connected (a notebook holding the TPU)."""
     args = parse_args(argv)
     for folder in (args.data_dir, args.ckpt_dir):
         writable(folder)
     if args.require_checkpoint and not tf.train.latest_checkpoint(args.ckpt_dir):
         raise UsageError(f"No checkpoint in {args.ckpt_dir} to resume from (--require-checkpoint).")
     start = time.perf_counter()
-    strategy = connect(args.replicas)
+    strategy = strategy or connect(args.replicas)
     replicas = strategy.num_replicas_in_sync
     keras.utils.set_random_seed(args.seed)  # the shuffle's order also depends on this seed
     (x_train, y_train), (x_test, y_test) = load_fashion_mnist()
