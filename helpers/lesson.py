@@ -99,6 +99,14 @@ def start(
     if backend == "tensorflow":
         quiet.quiet_tensorflow()  # before TensorFlow's first import
         runtime.ensure_tensorflow()  # stops here, with the fix, if TF can't drive the TPU
+        if not hints:
+            # Whichever connect() a lesson uses (helpers' or the reference script's), dropping
+            # a distributed iterator must not stall for minutes (helpers.strategy says why).
+            import tensorflow as tf
+
+            from helpers.strategy import untuned_distributed_input
+
+            untuned_distributed_input(tf)
         dist = versions.tensorflow_distribution()
         stack = f"{dist[0]} {dist[1]}, Keras {_installed('keras')}" if dist else "no TensorFlow"
     elif backend == "jax":

@@ -12,8 +12,12 @@ The step function follows the rules a TPU needs:
 
 :func:`check_replica_equivalence` proves a step function right: trained for a few steps on many
 replicas and on one, the same model must end with the same weights. Notebook 04 ends with the same
-check as a few plain lines to paste (``weights_after``, ``compare``); ``tests/test_lesson_code_04.py``
-proves the two agree.
+check as a few plain lines to paste (``weights_after``, ``compare``) and runs both.
+
+The multi-step loop is the reference script's (``train_tpu.many_steps``); notebook 04 shows the
+script's step and evaluation and trains with them. :func:`make_train_steps`,
+:func:`make_eval_steps` and :func:`predict` remain for the lessons not yet rewritten around the
+script (twins of its parts "step" and "evaluation", to be removed when no lesson calls them).
 """
 
 from __future__ import annotations

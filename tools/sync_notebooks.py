@@ -474,11 +474,13 @@ def problems(notebook: dict, name: str) -> list[str]:
 
 
 def long_cells(notebook: dict, limit: int = LONG_CELL) -> list[tuple[int, int]]:
-    """(index, lines) of the code cells longer than ``limit`` lines, the generated setup aside."""
+    """(index, lines) of the code cells longer than ``limit`` lines, the generated setup and the
+    parts of train_tpu.py aside (a part is one cell, as long as the script has it)."""
     found = []
     for i, cell in enumerate(notebook["cells"]):
         text = source(cell)
-        if cell["cell_type"] == "code" and not text.startswith(SETUP_MARKER):
+        generated = text.startswith(SETUP_MARKER) or script_parts.tagged(cell)
+        if cell["cell_type"] == "code" and not generated:
             if (lines := len(text.strip().splitlines())) > limit:
                 found.append((i, lines))
     return found
