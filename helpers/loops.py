@@ -51,7 +51,7 @@ def build_optimizer(strategy, optimizer, model):
     Keras 3 optimizers such as Adam create their slots on the first ``apply_gradients``. Inside
     ``strategy.run`` with 2 or more replicas that first call fails (``fn_with_cond``); building
     first avoids it. Returns the optimizer.
-    Taught in notebooks 04, 06, 08, 10, 11.
+    Taught in notebooks 06, 08, 10, 11.
     """
     with strategy.scope():
         optimizer.build(model.trainable_variables)
@@ -112,7 +112,7 @@ def make_train_steps(
     ``average_loss(per_example_losses, global_batch_size)`` turns one replica's losses into the
     scalar it differentiates; the default, ``tf.nn.compute_average_loss``, divides by the global
     batch. Notebook 04 replaces it with a per-replica mean to show the bug that causes.
-    Taught in notebooks 04, 06, 08, 11.
+    Taught in notebooks 06, 08, 11.
     """
     import tensorflow as tf
 
@@ -144,7 +144,6 @@ def make_eval_steps(
     The model runs with ``training=False`` (dropout off), nothing is differentiated, and
     ``metrics`` are updated inside each replica exactly as in :func:`make_train_steps`.
     The loss is averaged over the global batch, so it equals a single-device evaluation.
-    Taught in notebook 04.
     """
     import tensorflow as tf
 
@@ -167,7 +166,6 @@ def predict(strategy, model, x: np.ndarray, global_batch_size: int) -> np.ndarra
     global batches and the padding is cut off again afterwards. Each replica's outputs are
     collected with ``strategy.gather`` (all replicas, on every host; concatenated in replica
     order, which is the order of the global batch).
-    Taught in notebook 04.
     """
     import tensorflow as tf
 
