@@ -190,7 +190,8 @@ def parse_batch(serialized, cast_on_host=False):
             "label": tf.io.FixedLenFeature([], tf.int64),
         },
     )
-    images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (-1, *IMAGE_SHAPE))
+    batch = serialized.shape[0] or -1  # static after batch(drop_remainder=True): one TPU shape
+    images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (batch, *IMAGE_SHAPE))
     if cast_on_host:  # uint8 into a TPU step is unverified for TPUStrategy (see the model)
         images = tf.cast(images, tf.float32)
     return images, tf.cast(features["label"], tf.int32)

@@ -3,7 +3,7 @@
 Notebook 08 writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
 ``tf.train.CheckpointManager``, restores checked with ``status.assert_consumed()`` /
 ``assert_existing_objects_matched()``, and the ``keras.callbacks.BackupAndRestore`` call that
-:func:`fit_backup_callbacks` returns (``tests/test_lesson_code_08.py`` ties the two). The
+:func:`fit_backup_callbacks` returns (``tests/test_checkpoints.py`` ties the two). The
 functions here wrap that code with messages that say what to do.
 
 What this module adds to ``tf.train.Checkpoint`` and ``tf.train.CheckpointManager``:

@@ -6,8 +6,8 @@ killed (SIGKILL: no exception, no ``finally``, no chance to save)::
     python -m helpers._programs.preemptible --mode custom --workdir /tmp/run --epochs 3
 
 ``--mode fit`` trains with ``model.fit`` and Keras' ``BackupAndRestore``; ``--mode custom`` with
-notebook 08's restartable loop (``helpers._programs.resume_loop``: ``tf.train.CheckpointManager``,
-restore the latest, continue). Run the same command
+a restartable loop (``tf.train.CheckpointManager``, restore the latest, continue; notebook 08
+kills the reference script ``train_tpu.py`` itself instead, with ``helpers.save_faults``). Run the same command
 again after a kill and it continues from the last checkpoint; run it after it finished and it
 does nothing more.
 
