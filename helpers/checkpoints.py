@@ -3,7 +3,7 @@
 Notebook 08 writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
 ``tf.train.CheckpointManager``, restores checked with ``status.assert_consumed()`` /
 ``assert_existing_objects_matched()``, and the ``keras.callbacks.BackupAndRestore`` call that
-:func:`fit_backup_callbacks` returns (``tests/test_lesson_code_08.py`` ties the two). The
+:func:`fit_backup_callbacks` returns (``tests/test_checkpoints.py`` ties the two). The
 functions here wrap that code with messages that say what to do.
 
 What this module adds to ``tf.train.Checkpoint`` and ``tf.train.CheckpointManager``:
@@ -72,10 +72,7 @@ class CheckpointError(RuntimeError):
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
-    """There is no (complete) checkpoint where one was expected.
-
-    Taught in notebook 08.
-    """
+    """There is no (complete) checkpoint where one was expected."""
 
 
 class CheckpointMismatchError(CheckpointError, ValueError):
@@ -92,7 +89,6 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
     reads every replica's copy of each variable, so it is always called in cross-replica
     context. First :func:`repair` tidies ``directory`` after a save that was killed. Taught in
     notebook 08.
-    Taught in notebook 08.
     """
     import tensorflow as tf
 
@@ -163,7 +159,6 @@ def latest_checkpoint(directory: str | os.PathLike) -> str | None:
     warning in favour of the newest complete one. Raises :class:`CheckpointNotFoundError` when the
     state file lists checkpoints and none is complete: ``tf.train.latest_checkpoint`` only logs
     an error and returns None there, and a restarted job would silently begin again from step 0.
-    Taught in notebook 08.
     """
 
     directory = os.fspath(directory)
@@ -221,7 +216,6 @@ def repair(directory: str | os.PathLike) -> Repair:
     :class:`CheckpointNotFoundError` when the state file lists checkpoints and none is complete
     (nothing is deleted then). Run it only while no other process saves into ``directory``.
     :func:`make_checkpoint` calls it.
-    Taught in notebook 08.
     """
 
     directory = os.fspath(directory)
@@ -274,7 +268,6 @@ def checkpoint_contents(path: str | os.PathLike) -> list[str]:
     Read from the checkpoint's object graph, not from the variable keys: a variable is stored
     under the *shortest* path that reaches it, so a model's weights may appear under
     ``optimizer/...`` (the optimizer also tracks them) although they belong to ``model``.
-    Taught in notebook 08.
     """
     import tensorflow as tf
 
@@ -365,7 +358,6 @@ def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int =
     The data writer's temporary folder with a truncated shard, and a truncated data file with
     no index, just as if the process died before ``CheckpointManager`` committed the save. The
     state file is not touched. Returns the names created. For notebook 08 and the tests.
-    Taught in notebook 08.
     """
     directory = Path(directory)
     if not directory.is_dir():

@@ -6,8 +6,8 @@ killed (SIGKILL: no exception, no ``finally``, no chance to save)::
     python -m helpers._programs.preemptible --mode custom --workdir /tmp/run --epochs 3
 
 ``--mode fit`` trains with ``model.fit`` and Keras' ``BackupAndRestore``; ``--mode custom`` with
-notebook 08's restartable loop (``helpers._programs.resume_loop``: ``tf.train.CheckpointManager``,
-restore the latest, continue). Run the same command
+a restartable loop (``tf.train.CheckpointManager``, restore the latest, continue; notebook 08
+kills the reference script ``train_tpu.py`` itself instead, with ``helpers.save_faults``). Run the same command
 again after a kill and it continues from the last checkpoint; run it after it finished and it
 does nothing more.
 
@@ -177,7 +177,6 @@ def resumable_dataset(
     is avoided on purpose: its order also depends on the global seed, which other code in the
     process may set. This stands in for checkpointing the iterator, which ``tf.distribute``'s
     distributed iterators do not support (notebook 08 shows the error).
-    Taught in notebook 08.
     """
     import tensorflow as tf
 
@@ -201,10 +200,7 @@ def resumable_dataset(
 
 
 def weights_digest(model) -> str:
-    """A short SHA-256 of all the model's weights: equal digests mean bit-identical weights.
-
-    Taught in notebook 08.
-    """
+    """A short SHA-256 of all the model's weights: equal digests mean bit-identical weights."""
     digest = hashlib.sha256()
     for weight in model.get_weights():
         digest.update(weight.tobytes())
@@ -215,7 +211,6 @@ def build(config: RunConfig, strategy):
     """Model and optimizer, created in ``strategy.scope()`` (the optimizer built, see loops.py).
 
     Notebook 08's own process builds the same model as the runs it kills.
-    Taught in notebook 08.
     """
     import keras
 

@@ -102,6 +102,7 @@ def child_env(
     TensorFlow's log level is set unless the user chose one, Python writes unbuffered (a parent
     follows the child's output as it comes), and with ``cpu_only`` the child keeps off this
     process's TPU or GPU. ``extra`` comes last; a value of None removes that variable.
+    Taught in notebook 08.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault(LOG_LEVEL_VARIABLE, TF_LOG_LEVEL)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from helpers import tf_internals
 
-__all__ = ["PHASES", "crash", "interrupt_save", "SaveInterrupted", "sigkill"]
+__all__ = ["PHASES", "crash", "interrupt_save", "kill_script", "SaveInterrupted", "sigkill"]
 
 PHASES = ("shards", "merge", "commit", "rename", "sweep", "restate")
 
@@ -111,3 +111,56 @@ def _remove_tree(path: str) -> None:
 
     if path.endswith("_temp"):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def kill_script(
+    argv: list[str], kill_at: int | None = None, phase: str = "before", cpu: bool = True
+):
+    """Run the reference script ``train_tpu.main(argv)``, SIGKILLed at the save of step ``kill_at``.
+
+    ``phase`` is one of :data:`PHASES` (killed inside that save) or ``"before"`` (killed just
+    before it: the steps since the previous save are lost); ``kill_at=None`` kills nothing. With
+    ``cpu`` the script ignores any TPU of this host and runs on the simulated TPU: a notebook's
+    kernel holds the TPU, and a second process cannot share it. From a shell:
+    ``python -m helpers.save_faults [--kill-at K --phase P] -- ARGS`` (notebook 08 and
+    tests/test_train_tpu.py start it so); where nothing is killed, that is ``python -m train_tpu ARGS``.
+    """
+    import train_tpu
+
+    if phase != "before" and phase not in PHASES:
+        raise ValueError(f"phase must be 'before' or one of {PHASES}, got {phase!r}")
+    save = train_tpu.save_checkpoint
+
+    def killing_save(manager, step):
+        if step == kill_at and phase == "before":
+            sigkill()
+        if step == kill_at:
+            with interrupt_save(phase, sigkill):
+                return save(manager, step)
+        return save(manager, step)
+
+    train_tpu.save_checkpoint = killing_save
+    if cpu:
+        train_tpu.tpu_signs = list  # no sign of a TPU: connect() builds the simulated one
+    return train_tpu.main(argv)
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    import train_tpu
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.save_faults")
+    parser.add_argument("--kill-at", type=int, help="the step whose save is killed")
+    parser.add_argument("--phase", default="before", help="'before', or a phase of the save")
+    parser.add_argument("args", nargs="*", help="train_tpu's arguments, after --")
+    options = parser.parse_args()
+    try:
+        status = kill_script(options.args, options.kill_at, options.phase)
+    except train_tpu.UsageError as err:  # its one sentence, as the script prints it
+        print(f"train_tpu: {err}", file=sys.stderr)
+        status = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # as train_tpu does: its distributed iterators stay alive until the end

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -375,3 +376,20 @@ def test_restore_from_8_replicas_onto_one_device(run_python, tmp_path):
         """
     )
     assert "MAXDIFF" in proc.stdout
+
+
+def test_fit_backup_callbacks_give_lesson_08s_backup_and_restore(tmp_path):
+    """The callback notebook 08 builds (cell backup-callback) is the one the fit program gets."""
+    keras = pytest.importorskip("keras")
+    notebook = (
+        Path(__file__).resolve().parent.parent / "notebooks" / "08_checkpoints_and_preemption.ipynb"
+    )
+    cells = json.loads(notebook.read_text())["cells"]
+    lesson = {"keras": keras, "WORK": tmp_path}
+    exec("".join(next(c for c in cells if c.get("id") == "backup-callback")["source"]), lesson)
+    shown = lesson["backup"]
+    given, check = checkpoints.fit_backup_callbacks(lesson["backup_dir"], steps_per_epoch=4)
+    assert type(given) is type(shown) is keras.callbacks.BackupAndRestore
+    settings = ("backup_dir", "save_freq", "double_checkpoint", "delete_checkpoint")
+    assert {k: getattr(given, k) for k in settings} == {k: getattr(shown, k) for k in settings}
+    assert isinstance(check, keras.callbacks.Callback)

@@ -31,23 +31,9 @@ RUN = ["--smoke", "--save-every", "16", "--steps-per-call", "8"]
 HIDE = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
 
 # Kills the script where the test says: before the save of step K (mid-epoch, unsaved steps
-# lost) or inside it in one phase of helpers.save_faults (the injection notebook 08 uses).
-KILLER = """
-import os, signal, sys
-import train_tpu
-from helpers import save_faults
-kill_at, phase = int(sys.argv[1]), sys.argv[2]
-save = train_tpu.save_checkpoint
-def killing_save(manager, step):
-    if step == kill_at and phase == "before":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if step == kill_at:
-        with save_faults.interrupt_save(phase, save_faults.sigkill):
-            return save(manager, step)
-    return save(manager, step)
-train_tpu.save_checkpoint = killing_save
-sys.exit(train_tpu.main(sys.argv[3:]))
-"""
+# lost) or inside it in one phase of helpers.save_faults (the injection notebook 08 uses):
+# python -m helpers.save_faults --kill-at K --phase PHASE -- ARGS
+KILLER = ["-m", "helpers.save_faults"]
 
 
 def _env():
@@ -55,8 +41,9 @@ def _env():
     return {**env, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
-def _run(args, cwd, code=None, timeout=600):
-    command = [sys.executable, *(["-c", code] if code else [str(SCRIPT)]), *args]
+def _run(args, cwd, code=None, timeout=600, prefix=None):
+    start = prefix or (["-c", code] if code else [str(SCRIPT)])
+    command = [sys.executable, *start, *args]
     return subprocess.run(
         command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
     )
@@ -159,7 +146,8 @@ def test_killed_mid_save_and_mid_epoch_it_ends_with_the_same_weights(tmp_path, d
     # Killed inside the save of step 32 after its files are in place, before the commit:
     # ckpt-16 stays the latest. Then killed just before the save of step 48, mid-epoch 2.
     for kill_at, phase in ((32, "merge"), (48, "before")):
-        killed = _run([str(kill_at), phase, *args], tmp_path, code=KILLER)
+        kill = ["--kill-at", str(kill_at), "--phase", phase, "--"]
+        killed = _run([*kill, *args], tmp_path, prefix=KILLER)
         assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = _run([*args, "--require-checkpoint"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

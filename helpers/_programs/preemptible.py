@@ -1,8 +1,8 @@
 """The training program that notebook 08 kills: run only in a child process.
 
-``python -m helpers._programs.preemptible --mode custom --workdir DIR ...`` trains with
-notebook 08's restartable loop (:mod:`helpers._programs.resume_loop`, the lesson's cell) (``--mode fit``: Keras
-``fit`` with ``BackupAndRestore``), resumes from the last checkpoint when started again, and logs
+``python -m helpers._programs.preemptible --mode custom --workdir DIR ...`` trains with a
+restartable custom loop (:func:`train_resumable`; ``--mode fit``: Keras ``fit`` with
+``BackupAndRestore``), resumes from the last checkpoint when started again, and logs
 every event to ``DIR/progress.jsonl``, flushed at once, so a SIGKILL loses nothing written. The
 parent side, and what each option means, is :mod:`helpers.preemption`.
 """
@@ -80,15 +80,57 @@ def cpu_strategy(replicas: int):
     return simulated_tpu(tf, replicas)
 
 
-def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) -> dict:
-    """The custom loop of notebook 08 (:func:`resume_loop.train_resumable`), with a log.
+def restore_latest(ckpt_dir, require_checkpoint=False, **objects):
+    """A checkpoint of `objects` and its manager in ckpt_dir, restored from its latest save."""
+    import tensorflow as tf
 
-    First repairs what a kill inside a save left behind, then runs the lesson's loop, logging
+    checkpoint = tf.train.Checkpoint(**objects)
+    manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=3)
+    if manager.latest_checkpoint:  # every saved value must find its variable, and vice versa
+        checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+    elif require_checkpoint:  # a restarted job must never start again from step 0 unnoticed
+        raise FileNotFoundError(f"no checkpoint in {ckpt_dir} to resume from")
+    return manager
+
+
+def train_resumable(run, model, optimizer, strategy, ckpt_dir, x, y, report=None, save=None):
+    """Restore the latest checkpoint in ckpt_dir if there is one, then train to the end."""
+    import tensorflow as tf
+
+    from helpers import loops
+    from helpers.preemption import resumable_dataset
+
+    report = report or (lambda event, **values: None)  # the killed program logs each event
+    save = save or (lambda manager, step: manager.save(checkpoint_number=step))
+    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+    objects = dict(model=model, optimizer=optimizer, step=step)
+    manager = restore_latest(ckpt_dir, run.require_checkpoint, **objects)
+    done = int(step.numpy())
+    report("start", start_step=done, resumed_from=manager.latest_checkpoint)
+    # The data order is a function of the step: a restart at step k sees the batches from k on.
+    dataset = resumable_dataset(
+        x, y, run.global_batch, run.steps_per_epoch, run.epochs, first_step=done, seed=run.seed
+    )
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    train_steps = loops.make_train_steps(strategy, model, optimizer, run.global_batch)
+    while done < run.total_steps:  # each call: up to steps_per_call steps, never past a save,
+        ends = (run.save_interval, run.steps_per_epoch, run.total_steps)  # an epoch end, the end
+        n = min(run.steps_per_call, *(end - done % end for end in ends))
+        loss = float(train_steps(iterator, tf.constant(n)))
+        done = int(step.assign_add(n).numpy())
+        report("step", step=done, steps=n, loss=loss)
+        if done % run.save_interval == 0 or done == run.total_steps:
+            save(manager, done)
+    return manager
+
+
+def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) -> dict:
+    """The restartable custom loop (:func:`train_resumable`), with a log.
+
+    First repairs what a kill inside a save left behind, then runs that loop, logging
     each step, checkpoint and epoch end, and holding or crashing where ``config`` says. Can also
     run inside a caller's process (without ``log``). Returns the final state.
     """
-    from helpers._programs.resume_loop import train_resumable
-
     log = log or NullLog()
     images, model, optimizer = build(config, strategy)
     ckpt_dir = Path(config.workdir) / "checkpoints"
