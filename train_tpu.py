@@ -191,6 +191,7 @@ def parse_batch(serialized, cast_on_host=False):
         },
     )
     images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (-1, *IMAGE_SHAPE))
+    images = tf.ensure_shape(images, (serialized.shape[0], *IMAGE_SHAPE))  # a static batch
     if cast_on_host:  # uint8 into a TPU step is unverified for TPUStrategy (see the model)
         images = tf.cast(images, tf.float32)
     return images, tf.cast(features["label"], tf.int32)

@@ -179,10 +179,9 @@ def make_dataset(
     training: bool = True,
     seed: int = 0,
 ):
-    """A ``tf.data.Dataset`` of ``(images, labels)`` batches with static shapes (notebook 03).
+    """A ``tf.data.Dataset`` of ``(images, labels)`` batches with static shapes.
 
-    Notebook 03 writes this pipeline out in its cell ``static-pipeline``; a test holds this
-    function to that cell (``tests/test_lesson_code_03.py``).
+    The in-memory twin of ``train_tpu.train_dataset``, which notebook 03 now uses.
 
     ``drop_remainder=True`` gives every batch the same shape, so XLA compiles the step once.
     Training data is shuffled and repeated; pass ``steps_per_epoch`` to ``fit`` with it.

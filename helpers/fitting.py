@@ -8,9 +8,8 @@
   change the loss;
 - :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
 
-Notebook 03 writes the learning-rate rule, the ``steps_per_execution`` choice and the whole-call
-epoch in plain TensorFlow; ``tests/test_lesson_code_03.py`` proves these functions give the same
-numbers, so later lessons may call them.
+Notebook 03 writes the learning-rate rule and the whole-call epoch in plain TensorFlow, and takes
+the ``steps_per_execution`` choice from ``train_tpu.fit_steps_per_execution``.
 """
 
 from __future__ import annotations

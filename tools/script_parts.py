@@ -37,7 +37,7 @@ END = "# ---- end of part ----"
 TAG = "script-part:"
 # Parts no lesson shows yet; a lesson that shows one removes it from here.
 NOT_YET_SHOWN = (
-    "data", "tfrecords", "pipeline", "step", "evaluation", "checkpoint", "fit",
+    "data", "tfrecords", "pipeline", "step", "evaluation", "checkpoint",
 )  # fmt: skip
 
 
