@@ -3,15 +3,14 @@
 global batch = per-replica batch x replicas. Every replica must get the same static batch, and a
 TPU core computes in tiles of 8 rows (128 fill a 128 x 128 matrix unit; a v6e's are 256 x 256:
 ``tpu_facts.GENERATIONS``), so :class:`BatchPlan` says what a per-replica batch costs on a TPU. ``helpers.fitting``, ``helpers.data``, the custom loops, the
-worker programs, Keras on JAX and the readiness check all use it. Taught in notebooks 01 and 03.
+worker programs, Keras on JAX and the readiness check all use it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from helpers._arguments import positive_int
 from helpers.tpu_facts import BATCH_FOR_MXU, GENERATIONS, TILE_ROWS, round_up
 
 __all__ = ["BatchPlan", "per_replica_batch", "plan_batch", "split_batch"]
@@ -25,10 +24,7 @@ def _larger_mxus() -> str:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """How a global batch splits over the replicas, and what a TPU core makes of its share.
-
-    Part of helpers.batches, taught in notebooks 01, 03.
-    """
+    """How a global batch splits over the replicas, and what a TPU core makes of its share."""
 
     per_replica: int
     replicas: int
@@ -87,16 +83,16 @@ class BatchPlan:
 
 
 def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
-    """Describe the global batch ``per_replica_batch x replicas``. Taught in notebook 03.
+    """Describe the global batch ``per_replica_batch x replicas``.
 
     ``fit`` takes the *global* batch and gives each replica an equal share. A TPU core works on
     tiles of 8 x 128: a per-replica batch that is not a multiple of 8 is padded (wasted work), and
     128 rows per replica fill a 128 x 128 matrix unit (a v6e's are 256 x 256: ``tpu_facts``). The
     advice says which case applies.
+    Taught in notebooks 03, 10, 12.
     """
     for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     return BatchPlan(int(per_replica_batch), int(replicas))
 
 
@@ -105,11 +101,10 @@ def split_batch(global_batch_size: int, replicas: int, *, over: str = "replica")
 
     On a TPU every replica must get the same static batch, so a global batch that the replica
     count does not divide is refused, with the nearest sizes that work. ``over`` names what it is
-    split over in the message ("worker", "device"). Taught in notebook 03.
+    split over in the message ("worker", "device").
     """
     for label, value in (("global_batch_size", global_batch_size), (f"{over}s", replicas)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     if global_batch_size % replicas:
         lower = global_batch_size // replicas * replicas
         upper = lower + replicas
@@ -122,5 +117,8 @@ def split_batch(global_batch_size: int, replicas: int, *, over: str = "replica")
 
 
 def per_replica_batch(global_batch_size: int, replicas: int) -> int:
-    """Each replica's share of a global batch (:func:`split_batch`). Taught in notebook 01."""
+    """Each replica's share of a global batch (:func:`split_batch`).
+
+    Taught in notebook 01.
+    """
     return split_batch(global_batch_size, replicas).per_replica

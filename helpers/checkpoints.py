@@ -1,4 +1,4 @@
-"""Checkpoints for custom loops and ``fit``, restored with clear errors (taught in notebook 08).
+"""Checkpoints for custom loops and ``fit``, restored with clear errors (notebook 08).
 
 Notebook 08 writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
 ``tf.train.CheckpointManager``, restores checked with ``status.assert_consumed()`` /
@@ -19,8 +19,6 @@ What this module adds to ``tf.train.Checkpoint`` and ``tf.train.CheckpointManage
   which would start a "resumed" job from scratch).
 - :func:`repair` tidies what a save killed at any instant leaves (see below); :func:`make_checkpoint`
   runs it before the manager reads the directory.
-- :func:`resume` is the start of a restartable program: restore the latest checkpoint or say
-  loudly that training starts fresh; with ``require=True`` a missing checkpoint is an error.
 - :func:`fit_backup_callbacks` gives ``fit`` Keras' ``BackupAndRestore`` with its previous
   backup kept, plus a check that the restored weights and the restored epoch agree.
 
@@ -46,11 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers import tf_internals
+from helpers._arguments import positive_int
 
 __all__ = [
     "STATE_FILE",
     "checkpoint_contents",
-    "checkpoint_files",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
@@ -60,7 +58,6 @@ __all__ = [
     "Repair",
     "repair",
     "restore",
-    "resume",
     "simulate_torn_save",
 ]
 
@@ -71,10 +68,7 @@ STATE_FILE = "checkpoint"  # the file CheckpointManager rewrites, atomically, af
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used; the message says why and what to do.
-
-    Part of helpers.checkpoints, taught in notebook 08.
-    """
+    """A checkpoint cannot be used; the message says why and what to do."""
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
@@ -85,10 +79,7 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 class CheckpointMismatchError(CheckpointError, ValueError):
-    """The checkpoint does not fit the objects it is restored into.
-
-    Taught in notebook 08.
-    """
+    """The checkpoint does not fit the objects it is restored into."""
 
 
 def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **objects):
@@ -101,13 +92,13 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
     reads every replica's copy of each variable, so it is always called in cross-replica
     context. First :func:`repair` tidies ``directory`` after a save that was killed. Taught in
     notebook 08.
+    Taught in notebook 08.
     """
     import tensorflow as tf
 
     if not objects:
         raise ValueError("nothing to checkpoint: pass objects as keywords, e.g. model=model")
-    if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1:
-        raise ValueError(f"max_to_keep must be a positive integer, got {max_to_keep!r}")
+    positive_int("max_to_keep", max_to_keep)
     repair(directory)  # the manager reads the state file once, now: it must be consistent
     checkpoint = tf.train.Checkpoint(**objects)
     manager = tf.train.CheckpointManager(checkpoint, os.fspath(directory), max_to_keep=max_to_keep)
@@ -115,10 +106,7 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
 
 
 def checkpoint_files(prefix: str | os.PathLike) -> list[str]:
-    """The files of the checkpoint ``prefix`` (``.../ckpt-3``): its index and data shards.
-
-    Part of helpers.checkpoints, taught in notebook 08.
-    """
+    """The files of the checkpoint ``prefix`` (``.../ckpt-3``): its index and data shards."""
     prefix = Path(prefix)
     return sorted(
         p.name
@@ -197,10 +185,7 @@ def latest_checkpoint(directory: str | os.PathLike) -> str | None:
 
 @dataclass
 class Repair:
-    """What :func:`repair` found and did.
-
-    Part of helpers.checkpoints, taught in notebook 08.
-    """
+    """What :func:`repair` found and did."""
 
     latest: str | None  # the checkpoint a restart resumes from
     dropped: list[str] = field(default_factory=list)  # listed, incomplete: no longer listed
@@ -235,7 +220,8 @@ def repair(directory: str | os.PathLike) -> Repair:
     Committed checkpoints and older unlisted ones are never touched. Raises
     :class:`CheckpointNotFoundError` when the state file lists checkpoints and none is complete
     (nothing is deleted then). Run it only while no other process saves into ``directory``.
-    :func:`make_checkpoint` calls it. Taught in notebook 08.
+    :func:`make_checkpoint` calls it.
+    Taught in notebook 08.
     """
 
     directory = os.fspath(directory)
@@ -330,8 +316,8 @@ def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> 
         if path is None:
             raise CheckpointNotFoundError(
                 f"no committed checkpoint in {source} (no '{STATE_FILE}' state file naming one). "
-                "If this run should start from scratch, do not call restore; see "
-                "helpers.checkpoints.resume(..., require=False)."
+                "If this run may start from scratch, ask latest_checkpoint(directory) first: "
+                "None means there is nothing to restore."
             )
     else:
         path = source
@@ -373,34 +359,13 @@ def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> 
     return path
 
 
-def resume(checkpoint, directory: str | os.PathLike, *, require: bool = False, log=print):
-    """Restore the latest checkpoint in ``directory``, or start fresh and say so.
-
-    The first lines of a restartable training program (notebook 08). Returns the restored path,
-    or None for a fresh start. ``require=True`` (a job that was restarted after preemption and
-    must continue) turns "no checkpoint" into :class:`CheckpointNotFoundError` instead of a
-    silent fresh start.
-    """
-    path = latest_checkpoint(directory)
-    if path is None:
-        if require:
-            raise CheckpointNotFoundError(
-                f"no committed checkpoint in {directory}, and this run was asked to continue "
-                "one (require=True); check the directory, it must be the one the first run used"
-            )
-        log(f"no checkpoint in {directory}: starting from scratch")
-        return None
-    restore(checkpoint, path)
-    log(f"restored {path}")
-    return path
-
-
 def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int = 4096) -> list[str]:
     """Leave in ``directory`` what a save killed half-way leaves: partial files of ``ckpt-number``.
 
     The data writer's temporary folder with a truncated shard, and a truncated data file with
     no index, just as if the process died before ``CheckpointManager`` committed the save. The
     state file is not touched. Returns the names created. For notebook 08 and the tests.
+    Taught in notebook 08.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -433,10 +398,7 @@ def fit_backup_callbacks(backup_dir: str | os.PathLike, steps_per_epoch: int) ->
     """
     import keras
 
-    if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int):
-        raise TypeError(f"steps_per_epoch must be an int, got {steps_per_epoch!r}")
-    if steps_per_epoch < 1:
-        raise ValueError(f"steps_per_epoch must be at least 1, got {steps_per_epoch}")
+    positive_int("steps_per_epoch", steps_per_epoch)
     backup_dir = os.fspath(backup_dir)
 
     class ResumeCheck(keras.callbacks.Callback):

@@ -27,10 +27,7 @@ WIDTH = 100  # an output area's width in characters, about
 
 
 class ExpectedErrorMissing(AssertionError):
-    """The code under :func:`expect_error` finished without raising.
-
-    Part of helpers.checks, taught in notebooks 01, 02, 03, 08.
-    """
+    """The code under :func:`expect_error` finished without raising."""
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 
 The lessons train on Fashion-MNIST: MNIST's drop-in replacement (the same 28x28 grey images, 60,000
 for training and 10,000 for testing, 10 classes), which is harder to fit, so a bug shows in the
-accuracy. Taught in notebooks 01 (loading) and 03 and 06 (pipelines).
+accuracy. Notebooks 01 (loading), 03 and 06 (pipelines) show it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from helpers import batches
 
-__all__ = ["ImageData", "load_images", "make_dataset", "network_available"]
+__all__ = ["ImageData", "load_images", "make_dataset"]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
@@ -33,10 +33,7 @@ DATASETS = ("fashion_mnist", "mnist", "digits")
 
 @dataclass
 class ImageData:
-    """Images as float32 ``[N, H, W, 1]`` in [0, 1] and int32 labels, split in train and test.
-
-    Part of helpers.data, taught in notebook 01.
-    """
+    """Images as float32 ``[N, H, W, 1]`` in [0, 1] and int32 labels, split in train and test."""
 
     name: str
     x_train: np.ndarray
@@ -60,10 +57,7 @@ class ImageData:
 
 
 def network_available(address: tuple[str, int] = MNIST_HOST, timeout: float = 3.0) -> bool:
-    """True when a TCP connection to ``address`` opens within ``timeout`` seconds.
-
-    Part of helpers.data, taught in notebook 01.
-    """
+    """True when a TCP connection to ``address`` opens within ``timeout`` seconds."""
     try:
         with socket.create_connection(address, timeout=timeout):
             return True
@@ -80,7 +74,8 @@ def load_images(
     (offline, as CI runs), else from Keras' cache or download (Colab and Kaggle have the
     network). MNIST comes from Keras. Where neither the files nor the network are there, this
     prints one notice and returns scikit-learn's bundled 8x8 digits at once, never hanging.
-    ``max_train`` and ``max_test`` keep only the first examples (quick runs). Taught in notebook 01.
+    ``max_train`` and ``max_test`` keep only the first examples (quick runs).
+    Taught in notebooks 00, 05, 06, 09, 10, 11, 12.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
@@ -185,6 +180,7 @@ def make_dataset(
 
     ``drop_remainder=True`` gives every batch the same shape, so XLA compiles the step once.
     Training data is shuffled and repeated; pass ``steps_per_epoch`` to ``fit`` with it.
+    Taught in notebook 05.
     """
     import tensorflow as tf
 

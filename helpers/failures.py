@@ -37,7 +37,7 @@ __all__ = [
 class KnownFailure:
     """One failure users report: the fragments that identify it, its meaning, its fix, sources.
 
-    Taught in notebook 01; recorded by the self-test (notebook 00).
+    Recorded by the self-test (notebook 00).
     """
 
     key: str
@@ -140,7 +140,10 @@ _CONFLICT = re.compile(r"depends on (libtpu==[\w.]+)")
 
 
 def recognise(text: str | BaseException) -> KnownFailure | None:
-    """The known failure ``text`` (or an exception's message) shows, or None (notebook 01)."""
+    """The known failure ``text`` (or an exception's message) shows, or None (notebook 01).
+
+    Taught in notebook 01.
+    """
     text = f"{type(text).__name__}: {text}" if isinstance(text, BaseException) else text
     return next((failure for failure in FAILURES if failure.matches(text)), None)
 
@@ -250,7 +253,7 @@ def keras_distribution_problem(version: str) -> str | None:
 
     Before 3.8.0 ``fit`` summed unscaled per-replica gradients (keras-team/keras#20609); from
     3.7.0 to 3.9.x metric and loss totals were summed across replicas until they overflowed to
-    NaN (keras-team/keras#21061, fixed by #21072 in 3.10.0). Taught in notebook 03.
+    NaN (keras-team/keras#21061, fixed by #21072 in 3.10.0).
     """
     parts = re.findall(r"\d+", version)[:2]
     if len(parts) < 2 or int(parts[0]) != 3:

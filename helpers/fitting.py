@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from helpers import timing
+from helpers._arguments import positive_int
 
 __all__ = [
     "check_loss_parity",
@@ -60,13 +61,13 @@ def scaled_learning_rate(
     A batch ``k`` times larger averages ``k`` times more examples per step, so its gradient is
     less noisy and a larger step is safe. ``rule="linear"`` multiplies the rate by ``k`` (the usual
     rule for SGD, with warm-up for very large batches); ``rule="sqrt"`` by ``sqrt(k)``, a gentler
-    choice often used with Adam. Taught in notebook 03.
+    choice often used with Adam.
+    Taught in notebook 12.
     """
     if not (isinstance(base_rate, (int, float)) and math.isfinite(base_rate) and base_rate > 0):
         raise ValueError(f"base_rate must be a positive number, got {base_rate!r}")
     for label, value in (("global_batch_size", global_batch_size), ("base_batch", base_batch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     factor = global_batch_size / base_batch
     if rule == "linear":
         return base_rate * factor
@@ -76,20 +77,25 @@ def scaled_learning_rate(
 
 
 class StepsChoice(NamedTuple):
-    """``steps_per_execution`` for ``model.compile`` and the reason for it.
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """``steps_per_execution`` for ``model.compile`` and the reason for it."""
 
     value: int
     reason: str
 
 
-def _is_tpu_strategy(strategy) -> bool:
+def strategy_kind(strategy) -> str:
+    """``"tpu"`` (any TPUStrategy), ``"mirrored"`` (MirroredStrategy) or ``"other"``.
+
+    The one test of a strategy's kind (``helpers.readiness`` imports it).
+    """
     import tensorflow as tf
 
     kinds = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
-    return isinstance(strategy, kinds) or type(strategy).__name__.startswith("TPUStrategy")
+    if isinstance(strategy, kinds) or "TPUStrategy" in type(strategy).__name__:
+        return "tpu"
+    if isinstance(strategy, tf.distribute.MirroredStrategy):
+        return "mirrored"
+    return "other"
 
 
 def cross_device_ops_name(strategy) -> str | None:
@@ -115,13 +121,13 @@ def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
       ``HierarchicalCopyAllReduce``, which this project checked on CPU devices.
     - Anything else with 2+ replicas: 1, because it was not checked.
 
-    Returns a ``(value, reason)`` named tuple. Taught in notebook 03.
+    Returns a ``(value, reason)`` named tuple.
+    Taught in notebooks 03, 10.
     """
-    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
-        raise ValueError(f"steps_per_execution must be a positive integer, got {wanted!r}")
+    positive_int("steps_per_execution", wanted)
     replicas = strategy.num_replicas_in_sync
     name = type(strategy).__name__
-    if _is_tpu_strategy(strategy):
+    if strategy_kind(strategy) == "tpu":
         return StepsChoice(
             wanted,
             f"{name}: {wanted} steps per host call hide the host round trip "
@@ -157,11 +163,11 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
     ``steps=9`` reads 32 batches (its ``EpochIterator`` counts steps in whole executions; seen
     with Keras 3.13 and 3.15). Pass the result as ``steps_per_epoch`` so that an epoch is what
     it says; evaluate and predict on a finite dataset instead, which ends cleanly inside an
-    execution. Taught in notebook 03.
+    execution.
+    Taught in notebook 10.
     """
     for label, value in (("steps", steps), ("steps_per_execution", steps_per_execution)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     if steps < steps_per_execution:
         raise ValueError(
             f"{steps} steps are fewer than one execution of {steps_per_execution}: on repeating"
@@ -172,10 +178,7 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`).
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`)."""
 
     loss: float
     accuracy: float
@@ -188,7 +191,7 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
     The reference for checking that distribution did not change the maths: a fresh copy of the
     model with the same weights, outside any strategy, on ``/cpu:0``; its logits are turned into
     the loss in float64 NumPy, independently of Keras' loss code. ``model`` must output logits;
-    ``y`` holds integer class labels. Call it outside ``strategy.scope()``. Taught in notebook 03.
+    ``y`` holds integer class labels. Call it outside ``strategy.scope()``.
     """
     import keras
     import tensorflow as tf
@@ -203,8 +206,7 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
         raise ValueError(
             f"need as many labels as examples (at least one); got {len(x)} and {len(y)}"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    positive_int("batch_size", batch_size)
     with tf.device("/cpu:0"):
         copy = keras.models.clone_model(model)
         copy.set_weights(model.get_weights())
@@ -227,10 +229,7 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
 
 
 class LossMismatchError(AssertionError):
-    """The distributed loss is not finite or differs from the one-device reference.
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """The distributed loss is not finite or differs from the one-device reference."""
 
 
 def check_loss_parity(
@@ -241,7 +240,6 @@ def check_loss_parity(
 
     Raises :class:`LossMismatchError` naming the likely cause: NaN or infinity, or a factor of
     the replica count (a bug that older Keras 3 releases had under distribution). Notebook 03.
-    Taught in notebook 03.
     """
     if not rtol > 0:
         raise ValueError(f"rtol must be positive, got {rtol!r}")
@@ -272,10 +270,7 @@ def check_loss_parity(
 
 @dataclass(frozen=True)
 class FitTiming:
-    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`).
-
-    Part of helpers.fitting, taught in notebook 03.
-    """
+    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`)."""
 
     per_step: tuple[float, ...]
     first_epoch: float
@@ -299,13 +294,13 @@ def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
     apart; each later epoch gives one seconds-per-step value. One ``fit`` call serves all epochs
     (each new ``fit`` call sets up its distributed input again). The model trains while it is
     timed: use it when its weights no longer matter, or a copy. ``dataset`` must repeat
-    (``steps`` per epoch, a multiple of the model's ``steps_per_execution``). Taught in notebook 03.
+    (``steps`` per epoch, a multiple of the model's ``steps_per_execution``).
+    Taught in notebook 03.
     """
     import tensorflow as tf
 
     for label, value in (("steps", steps), ("epochs", epochs)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     spe = int(getattr(model, "steps_per_execution", 1) or 1)
     if steps % spe:
         raise ValueError(

@@ -1,6 +1,6 @@
 """Keras 3 on JAX: the collection's training with ``keras.distribution`` instead of TPUStrategy.
 
-Taught in notebook 12. Reused from the TensorFlow lessons unchanged, because they never touch
+ Reused from the TensorFlow lessons unchanged, because they never touch
 TensorFlow: :func:`helpers.data.load_images`, :func:`helpers.models.build_classifier` and
 :class:`helpers.loops.Equivalence` (the 8-versus-1 verdict of notebook 04). What differs lives
 here:
@@ -21,9 +21,11 @@ them, so importing this module never fixes the backend before :func:`configure` 
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -37,40 +39,57 @@ __all__ = [
     "check_device_equivalence",
     "classifier_layout",
     "configure",
+    "donation_is_safe",
     "mesh_shape",
     "placement",
     "RestartKernel",
+    "thread_pool_size",
     "train_same_batches",
     "xla_flags",
 ]
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# jaxlib's CPU client sizes its two thread pools from this variable, read once when JAX starts
+# (``DefaultThreadPoolSize`` in openxla/xla, xla/pjrt/utils.cc; jaxlib 0.7.2 and 0.10.2 both
+# read it). It is an environment variable, not an XLA flag: a jaxlib that did not know it would
+# ignore it, where an unknown XLA flag ends the process.
+POOL_SIZE_VARIABLE = "PJRT_NPROC"
 
 
 class RestartKernel(RuntimeError):
-    """This process already imported something that fixes the backend or the devices.
-
-    Part of helpers.jax_port, taught in notebooks 04, 12.
-    """
+    """This process already imported something that fixes the backend or the devices."""
 
 
 def accelerator_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
-    """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host.
-
-    Part of helpers.jax_port, taught in notebooks 04, 12.
-    """
+    """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host."""
     hints = runtime.tpu_hints(env, dev)
     hints += sorted(str(p) for p in Path(dev).glob("nvidia[0-9]*"))
     return hints
 
 
 def xla_flags(current: str, devices: int) -> str:
-    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept).
-
-    Part of helpers.jax_port, taught in notebooks 04, 12.
-    """
+    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept)."""
     kept = [flag for flag in current.split() if not flag.startswith(DEVICE_COUNT_FLAG + "=")]
     return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
+
+
+def thread_pool_size(devices: int, cores: int | None = None) -> int:
+    """Threads for JAX's CPU pools so that ``devices`` simulated devices cannot starve them.
+
+    jaxlib sizes each pool to the larger of the cores and the devices (``GetPjRtCpuClient`` in
+    openxla/xla, xla/pjrt/cpu/cpu_client.cc): exactly the devices on a machine with fewer cores,
+    the minimum for one collective. Each device's part of a collective holds a thread until all
+    of them arrive, and the launch of a device whose earlier work is still queued holds one
+    more while it waits; when those fill the pool, the queued work has no thread left, the
+    last devices never arrive, and XLA ends the process after its rendezvous timeout
+    ("Termination timeout for `all reduce` ... Expected 8 threads to join"). Twice the devices
+    plus one leaves a thread for that work.
+    """
+    if devices < 1:
+        raise ValueError(f"devices must be at least 1, got {devices}")
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(cores or 1, 2 * devices + 1)
 
 
 def configure(
@@ -84,7 +103,9 @@ def configure(
 
     Sets ``KERAS_BACKEND=jax`` and, when no TPU or GPU is in sight and ``simulated_devices`` >
     1, ``XLA_FLAGS`` so that JAX's CPU platform shows that many devices (the counterpart of
-    the simulated TPU of notebook 01). Both only work before the first import of Keras and
+    the simulated TPU of notebook 01), and ``PJRT_NPROC`` (unless already set) to
+    :func:`thread_pool_size`, so that a busy machine with fewer cores than devices does not
+    deadlock in a collective. All of them only work before the first import of Keras and
     JAX, so a process that already imported them with other settings, or that imported
     TensorFlow at all, raises :class:`RestartKernel` with what to do. Calling it again with
     the same settings (a re-run cell) is fine. ``env``, ``modules`` and ``dev`` default to
@@ -104,6 +125,8 @@ def configure(
     wanted = {"KERAS_BACKEND": "jax"}
     if simulated_devices > 1 and not accelerator_hints(env, dev):
         wanted["XLA_FLAGS"] = xla_flags(env.get("XLA_FLAGS", ""), simulated_devices)
+        if POOL_SIZE_VARIABLE not in env:
+            wanted[POOL_SIZE_VARIABLE] = str(thread_pool_size(simulated_devices))
     for name in ("keras", "jax"):
         if name in modules and any(env.get(k) != v for k, v in wanted.items()):
             raise RestartKernel(
@@ -177,7 +200,7 @@ def batches(
     ``seed`` and the epoch number, so every host draws the same order. With several hosts
     (``process_count`` > 1, e.g. ``jax.process_index()``/``jax.process_count()``), each host
     yields only its slice of each global batch, as Keras on JAX expects of each process.
-    Taught in notebooks 01, 03, 10, 12.
+    Taught in notebook 12.
     """
     per_replica_batch(global_batch_size, process_count)
     if not 0 <= process_index < process_count:
@@ -216,6 +239,60 @@ def batches(
     return Batches()
 
 
+# The oldest jaxlib on which sharded training with Keras' donated step state was seen to be right
+# on simulated CPU devices: 0.10.2 (the main stack). On 0.7.2 (the kaggle and colab stacks) the
+# 2 x 4 mesh of notebook 12 ended with different weights in about half of the runs, and in none
+# of 20 without donation; the releases in between were not checked.
+DONATION_RIGHT_FROM = (0, 10)
+
+
+def donation_is_safe(jaxlib_version: str | None = None) -> bool:
+    """Whether this jaxlib trains sharded models right when Keras donates the step's state.
+
+    On a CPU with simulated devices, jaxlib 0.7.2 sometimes returns wrong weights from a sharded
+    training step whose inputs are donated (Keras donates the model state to its compiled
+    step); :data:`DONATION_RIGHT_FROM` says what was checked. ``jaxlib_version`` defaults to
+    the installed one. Used by :func:`train_same_batches` (notebook 12).
+    """
+    if jaxlib_version is None:
+        jaxlib_version = importlib.metadata.version("jaxlib")
+    parts = []
+    for part in jaxlib_version.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts) >= DONATION_RIGHT_FROM
+
+
+@contextlib.contextmanager
+def _keras_without_donation() -> Iterator[None]:
+    """Keras' JAX trainer compiles its steps without donating the state, inside the block.
+
+    Keras offers no switch for it: its trainer module compiles every step with its module-level
+    ``jit``, which is replaced here by one that drops ``donate_argnums``. A Keras without that
+    name is left alone.
+    """
+    import jax
+
+    try:
+        from keras.src.backend.jax import trainer
+    except ImportError:
+        trainer = None
+    original = getattr(trainer, "jit", None)
+    if original is not jax.jit:  # not the Keras this was written for (or Flax NNX's jit)
+        yield
+        return
+
+    def jit_keeping_inputs(fun, **options):
+        options.pop("donate_argnums", None)
+        return original(fun, **options)
+
+    trainer.jit = jit_keeping_inputs
+    try:
+        yield
+    finally:
+        trainer.jit = original
+
+
 def train_same_batches(
     distribution,
     make_model: Callable,
@@ -231,7 +308,8 @@ def train_same_batches(
 
     The model is built in ``distribution.scope()`` (its variables take their layouts there),
     starts from ``weights`` when given, and trains with plain SGD, whose update is proportional
-    to the gradient, on the first ``steps * global_batch_size`` rows.
+    to the gradient, on the first ``steps * global_batch_size`` rows. Where
+    :func:`donation_is_safe` says no, the step keeps its inputs instead of donating them.
     Taught in notebook 12.
     """
     import keras
@@ -248,9 +326,11 @@ def train_same_batches(
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
         start = [np.array(w) for w in model.get_weights()]
-        history = model.fit(
-            x[:needed], y[:needed], batch_size=global_batch_size, shuffle=False, verbose=0
-        )
+        keep_inputs = contextlib.nullcontext() if donation_is_safe() else _keras_without_donation()
+        with keep_inputs:
+            history = model.fit(
+                x[:needed], y[:needed], batch_size=global_batch_size, shuffle=False, verbose=0
+            )
         end = [np.array(w) for w in model.get_weights()]
     names = [v.path for v in model.weights]
     return start, end, float(history.history["loss"][-1]), names
@@ -272,6 +352,7 @@ def check_device_equivalence(
     Both start from the weights ``make_model()`` draws under ``distribution`` and see the same
     batches. The verdict is notebook 04's :class:`helpers.loops.Equivalence`: the runs agree
     when the largest weight difference is below ``rtol`` times the largest update.
+    Taught in notebook 12.
     """
     devices = len(distribution.device_mesh.devices.flatten())
     reference_devices = len(reference.device_mesh.devices.flatten())

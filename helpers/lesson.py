@@ -13,7 +13,7 @@ a few lines:
 4. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
    simulation.
 
-Taught in notebook 01 (every lesson runs it).
+Notebook 01 introduces it; every lesson runs it.
 """
 
 from __future__ import annotations
@@ -33,17 +33,11 @@ REPOSITORY = "https://github.com/tpu-field-guide/tpu-field-guide"
 
 
 class ForeignHelpers(ImportError):
-    """``import helpers`` found another release of this collection; the message says what to do.
-
-    Part of helpers.lesson, taught in notebook 01.
-    """
+    """``import helpers`` found another release of this collection; the message says what to do."""
 
 
 def install_source() -> str | None:
-    """Where pip installed the helpers from, e.g. ``"main @ 1a2b3c4"``; None for a checkout.
-
-    Part of helpers.lesson, taught in notebook 01.
-    """
+    """Where pip installed the helpers from, e.g. ``"main @ 1a2b3c4"``; None for a checkout."""
     try:
         text = importlib.metadata.distribution(PROJECT).read_text("direct_url.json")
     except importlib.metadata.PackageNotFoundError:
@@ -98,12 +92,21 @@ def start(
     ``backend`` is ``"tensorflow"`` (the lessons), ``"jax"`` (Keras on JAX, notebook 12: no
     TensorFlow in the process) or ``None`` (a lesson with neither). Returns nothing, so the
     cell shows only the line.
+    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12.
     """
     version = _check_release(release)
     hints = runtime.tpu_hints()
     if backend == "tensorflow":
         quiet.quiet_tensorflow()  # before TensorFlow's first import
         runtime.ensure_tensorflow()  # stops here, with the fix, if TF can't drive the TPU
+        if not hints:
+            # Whichever connect() a lesson uses (helpers' or the reference script's), dropping
+            # a distributed iterator must not stall for minutes (helpers.strategy says why).
+            import tensorflow as tf
+
+            from helpers.strategy import untuned_distributed_input
+
+            untuned_distributed_input(tf)
         dist = versions.tensorflow_distribution()
         stack = f"{dist[0]} {dist[1]}, Keras {_installed('keras')}" if dist else "no TensorFlow"
     elif backend == "jax":

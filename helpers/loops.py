@@ -1,4 +1,4 @@
-"""Custom training loops for ``tf.distribute`` strategies (taught in notebook 04).
+"""Custom training loops for ``tf.distribute`` strategies (notebook 04).
 
 The step function follows the rules a TPU needs:
 
@@ -12,8 +12,12 @@ The step function follows the rules a TPU needs:
 
 :func:`check_replica_equivalence` proves a step function right: trained for a few steps on many
 replicas and on one, the same model must end with the same weights. Notebook 04 ends with the same
-check as a few plain lines to paste (``weights_after``, ``compare``); ``tests/test_lesson_code_04.py``
-proves the two agree.
+check as a few plain lines to paste (``weights_after``, ``compare``) and runs both.
+
+The multi-step loop is the reference script's (``train_tpu.many_steps``); notebook 04 shows the
+script's step and evaluation and trains with them. :func:`make_train_steps`,
+:func:`make_eval_steps` and :func:`predict` remain for the lessons not yet rewritten around the
+script (twins of its parts "step" and "evaluation", to be removed when no lesson calls them).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from helpers import tf_internals
+from helpers._arguments import positive_int
 from helpers.batches import per_replica_batch
 
 __all__ = [
@@ -46,7 +51,7 @@ def build_optimizer(strategy, optimizer, model):
     Keras 3 optimizers such as Adam create their slots on the first ``apply_gradients``. Inside
     ``strategy.run`` with 2 or more replicas that first call fails (``fn_with_cond``); building
     first avoids it. Returns the optimizer.
-    Taught in notebooks 02, 04, 06, 08, 10, 11.
+    Taught in notebooks 06, 08, 10, 11.
     """
     with strategy.scope():
         optimizer.build(model.trainable_variables)
@@ -107,7 +112,7 @@ def make_train_steps(
     ``average_loss(per_example_losses, global_batch_size)`` turns one replica's losses into the
     scalar it differentiates; the default, ``tf.nn.compute_average_loss``, divides by the global
     batch. Notebook 04 replaces it with a per-replica mean to show the bug that causes.
-    Taught in notebook 04; used again in notebook 08.
+    Taught in notebooks 06, 08, 11.
     """
     import tensorflow as tf
 
@@ -139,7 +144,6 @@ def make_eval_steps(
     The model runs with ``training=False`` (dropout off), nothing is differentiated, and
     ``metrics`` are updated inside each replica exactly as in :func:`make_train_steps`.
     The loss is averaged over the global batch, so it equals a single-device evaluation.
-    Taught in notebook 04.
     """
     import tensorflow as tf
 
@@ -161,7 +165,7 @@ def predict(strategy, model, x: np.ndarray, global_batch_size: int) -> np.ndarra
     A TPU needs every batch to have the same shape, so ``x`` is padded up to a whole number of
     global batches and the padding is cut off again afterwards. Each replica's outputs are
     collected with ``strategy.gather`` (all replicas, on every host; concatenated in replica
-    order, which is the order of the global batch). Taught in notebook 04.
+    order, which is the order of the global batch).
     """
     import tensorflow as tf
 
@@ -185,10 +189,7 @@ def predict(strategy, model, x: np.ndarray, global_batch_size: int) -> np.ndarra
 
 
 class ReplicaMismatchError(AssertionError):
-    """Training on many replicas and on one replica ended with different weights.
-
-    Taught in notebook 04.
-    """
+    """Training on many replicas and on one replica ended with different weights."""
 
 
 @dataclass
@@ -198,7 +199,6 @@ class Equivalence:
     ``max_weight_diff`` is the largest difference between the two runs' final weights;
     ``max_update`` the largest change of any weight during training (the scale of the test);
     the runs agree when the difference is below ``rtol * max_update``.
-    Part of helpers.loops, taught in notebook 04.
     """
 
     replicas: int
@@ -252,7 +252,7 @@ def reference_strategy():
     """One replica on the host CPU: the reference the multi-replica run is compared with.
 
     It can live beside a simulated TPU or a TPU in the same process, because it only uses the
-    first CPU device. Taught in notebook 04.
+    first CPU device.
     """
     import tensorflow as tf
 
@@ -338,12 +338,11 @@ def check_replica_equivalence(
 
     A correct step function makes the replica count invisible: the weights agree up to float
     rounding. Returns an :class:`Equivalence`; call ``.check()`` on it to raise on a mismatch.
-    Taught in notebook 04.
+    Taught in notebooks 04, 10.
     """
     reference = reference or reference_strategy()
     make_optimizer = make_optimizer or _default_optimizer
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    positive_int("steps", steps)
     if not rtol > 0:
         raise ValueError(f"rtol must be positive, got {rtol!r}")
     replicas = strategy.num_replicas_in_sync
@@ -399,6 +398,7 @@ def compare_runs(
 
     ``replicas`` and ``losses`` are (run, reference) pairs; ``finals`` the two runs' final
     weights, in the order of ``names``. Also used by ``jax_port`` (notebook 12).
+    Taught in notebook 12.
     """
     multi, single = finals
     per_variable = {

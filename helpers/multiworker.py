@@ -45,14 +45,13 @@ from pathlib import Path
 import numpy as np
 
 from helpers import batches, models, processes
+from helpers._arguments import positive_int
 from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
 
 __all__ = [
     "LOOPBACK",
     "PARENT_PID_ENV",
-    "ensure_ports_free",
     "free_ports",
-    "global_batches",
     "isolation_available",
     "LoopbackRun",
     "PortInUseError",
@@ -62,7 +61,6 @@ __all__ = [
     "tf_config",
     "train_on_loopback",
     "worker_dataset",
-    "worker_env",
     "WorkerError",
     "WorkerOutcome",
     "WorkerRun",
@@ -89,10 +87,7 @@ class PortInUseError(OSError):
 
 
 class WorkerError(RuntimeError):
-    """A worker process exited with an error; the message holds the end of its log.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """A worker process exited with an error; the message holds the end of its log."""
 
     pids: tuple[int, ...] = ()
 
@@ -131,8 +126,7 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
 
     Taught in notebook 09.
     """
-    if count < 1:
-        raise ValueError(f"count must be at least 1, got {count}")
+    positive_int("count", count)
     sockets = []
     try:
         for _ in range(count):  # keep each socket open so the OS cannot hand out a port twice
@@ -150,7 +144,6 @@ def ensure_ports_free(ports: Sequence[int], host: str = LOOPBACK) -> None:
 
     Each port is tried on ``host`` and on the wildcard address, because TensorFlow's server
     listens on all interfaces: a port held on any of them would make it fail.
-    Part of helpers.multiworker, taught in notebook 09.
     """
     if len(set(ports)) != len(ports):
         raise ValueError(f"ports must be distinct, got {list(ports)}")
@@ -262,10 +255,7 @@ class _PrivateNetwork:
 
 @dataclass
 class WorkerRun:
-    """One finished worker process: its exit code, run time and log file.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """One finished worker process: its exit code, run time and log file."""
 
     index: int
     pid: int
@@ -278,7 +268,7 @@ class WorkerRun:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def log_tail(self, lines: int = 25) -> str:
-        return "\n".join(self.log().splitlines()[-lines:])
+        return processes.log_tail(self.log_path, lines)
 
 
 def worker_env(ports: Sequence[int], index: int, extra: Mapping[str, str | None] | None = None):
@@ -286,7 +276,7 @@ def worker_env(ports: Sequence[int], index: int, extra: Mapping[str, str | None]
 
     :func:`helpers.processes.child_env` keeps a worker quiet and off the TPU or GPU that the
     notebook's own process owns. The helpers package the parent uses is put on ``PYTHONPATH`` so
-    ``python -m helpers...`` finds the same code. Taught in notebook 09.
+    ``python -m helpers...`` finds the same code.
     """
     package_root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
@@ -323,8 +313,7 @@ def run_workers(
     has exited and been reaped when this returns or raises.
     Taught in notebook 09.
     """
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be at least 1, got {num_workers}")
+    positive_int("num_workers", num_workers)
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     if ports is None:
@@ -341,7 +330,6 @@ def run_workers(
     workdir.mkdir(parents=True, exist_ok=True)
 
     procs: list[subprocess.Popen] = []
-    logs = []
     starts: list[float] = []
     ends: dict[int, float] = {}
     network = None
@@ -352,19 +340,15 @@ def run_workers(
             argv = [
                 a.replace("{index}", str(index)).replace("{workdir}", str(workdir)) for a in command
             ]
-            log = open(workdir / f"worker{index}.log", "wb")  # noqa: SIM115 - closed in finally
-            logs.append(log)
             starts.append(time.monotonic())
             procs.append(
-                subprocess.Popen(
+                processes.start(
                     [*prefix, sys.executable, *argv],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    workdir / f"worker{index}.log",
                     env=worker_env(ports, index, env),
                     # Own process group: a Ctrl-C in a terminal reaches this process, which then
                     # stops the workers itself, instead of the workers dying half-way on their own.
-                    start_new_session=True,
+                    new_session=True,
                 )
             )
         deadline = time.monotonic() + timeout
@@ -374,12 +358,12 @@ def run_workers(
                     continue
                 ends[index] = time.monotonic()
                 if proc.returncode != 0:
-                    _stop(procs)
+                    processes.stop(procs)
                     _raise_failure(index, proc, workdir, ports)
             if len(ends) < num_workers and time.monotonic() > deadline:
-                _stop(procs)
+                processes.stop(procs)
                 running = [i for i in range(num_workers) if i not in ends]
-                tail = _tail(workdir / f"worker{running[0]}.log") or "(empty)"
+                tail = processes.log_tail(workdir / f"worker{running[0]}.log") or "(empty)"
                 raise WorkersTimedOut(
                     f"worker(s) {running} still running after {timeout:.0f} s; all stopped. "
                     f"End of worker {running[0]}'s log: {tail}"
@@ -389,9 +373,9 @@ def run_workers(
         err.pids = tuple(proc.pid for proc in procs)  # so a caller can check they are gone
         raise
     finally:
-        _stop(procs)  # no-op when all have exited; kills and reaps otherwise (errors, Ctrl-C)
-        for log in logs:
-            log.close()
+        processes.stop(
+            procs
+        )  # no-op when all have exited; kills and reaps otherwise (errors, Ctrl-C)
         if network is not None:
             network.close()
     return [
@@ -407,28 +391,8 @@ def run_workers(
     ]
 
 
-def _stop(procs: Sequence[subprocess.Popen]) -> None:
-    """Kill every process still running, then wait for all of them (no zombies)."""
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                proc.kill()
-            except ProcessLookupError:
-                pass
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
-            pass
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
-    tail = _tail(workdir / f"worker{index}.log")
+    tail = processes.log_tail(workdir / f"worker{index}.log")
     if any(sign in tail for sign in PORT_TAKEN_SIGNS):
         raise PortInUseError(
             errno.EADDRINUSE,
@@ -444,10 +408,7 @@ def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
 
 @dataclass
 class WorkerOutcome:
-    """What one worker reports after training: its shard, losses and final weights.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """What one worker reports after training: its shard, losses and final weights."""
 
     task_id: int
     replicas_in_sync: int
@@ -463,10 +424,7 @@ class WorkerOutcome:
 
 @dataclass
 class LoopbackRun:
-    """The result of :func:`train_on_loopback`: one :class:`WorkerOutcome` per worker.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """The result of :func:`train_on_loopback`: one :class:`WorkerOutcome` per worker."""
 
     workers: list[WorkerOutcome]
     ports: list[int]
@@ -537,10 +495,7 @@ def train_on_loopback(
 
 
 def global_batches(run: LoopbackRun, steps: int) -> list[np.ndarray]:
-    """The example numbers of each step's global batch: every worker's share, in worker order.
-
-    Part of helpers.multiworker, taught in notebook 09.
-    """
+    """The example numbers of each step's global batch: every worker's share, in worker order."""
     batches = []
     for step in range(steps):
         parts = []
@@ -605,6 +560,7 @@ def worker_dataset(x, y, context, global_batch_size: int, seed: int = 0):
     Keeps the worker's shard (``context.input_pipeline_id`` of ``num_input_pipelines``) of
     ``(image, label, example number)`` and batches it per replica; the example numbers show
     afterwards which worker trained on what.
+    Taught in notebook 09.
     """
     import tensorflow as tf
 

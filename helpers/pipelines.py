@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers import tf_internals
+from helpers._arguments import positive_int
 
 # Measured here in notebook 06, kept with every other clock in helpers.timing.
 from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
@@ -50,7 +51,6 @@ __all__ = [
     "input_wait_fraction",
     "parse",
     "read_tfrecords",
-    "serialize_example",
     "shard_plan",
     "to_photos",
     "transformations",
@@ -85,15 +85,15 @@ def to_photos(images: np.ndarray, size: int) -> np.ndarray:
 
     The lessons' images are tiny (Fashion-MNIST's are 28x28); decoding them costs almost nothing,
     unlike the photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
-    decoding and augmentation work. Taught in notebook 06.
+    decoding and augmentation work.
+    Taught in notebooks 00, 06, 11.
     """
     import tensorflow as tf
 
     images = np.asarray(images)
     if images.ndim != 4:
         raise ValueError(f"expected images shaped [N, H, W, C], got shape {images.shape}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"size must be a positive integer, got {size!r}")
+    positive_int("size", size)
     if images.size and (images.min() < 0 or images.max() > 1):
         raise ValueError("expected float images in [0, 1]")
     big = tf.image.resize(images.astype(np.float32), (size, size), method="bilinear")
@@ -121,20 +121,6 @@ def _check_image(image: np.ndarray) -> None:
         )
 
 
-def serialize_example(image: np.ndarray, label: int, index: int) -> bytes:
-    """One ``tf.train.Example``: the image as PNG bytes (lossless), its label and its index.
-
-    The index lets a reader check the round trip even when files are read in parallel and in
-    no fixed order.
-    Part of helpers.pipelines, taught in notebook 06.
-    """
-    import tensorflow as tf
-
-    image = np.asarray(image)
-    _check_image(image)
-    return _example_bytes(tf.io.encode_png(image).numpy(), label, index)
-
-
 def write_tfrecords(
     images: np.ndarray,
     labels: np.ndarray,
@@ -147,7 +133,8 @@ def write_tfrecords(
 
     Files are named ``{prefix}-00000-of-00004.tfrecord`` and so on, the usual convention, so a
     glob such as ``train-*.tfrecord`` finds them all. ``directory`` may be local or a ``gs://``
-    path (``tf.io.gfile`` handles both). Taught in notebook 06.
+    path (``tf.io.gfile`` handles both).
+    Taught in notebook 11.
     """
     import tensorflow as tf
 
@@ -181,20 +168,14 @@ def write_tfrecords(
 
 
 def parse(serialized):
-    """Parse one serialized example, or a batch of them, into a dict of tensors.
-
-    Taught in notebook 06.
-    """
+    """Parse one serialized example, or a batch of them, into a dict of tensors."""
     import tensorflow as tf
 
     return tf.io.parse_example(serialized, _feature_spec())
 
 
 def decode(serialized):
-    """Serialized example -> ``(uint8 image [H, W, 1], int32 label)``; per example.
-
-    Taught in notebook 06.
-    """
+    """Serialized example -> ``(uint8 image [H, W, 1], int32 label)``; per example."""
     import tensorflow as tf
 
     features = parse(serialized)
@@ -234,7 +215,6 @@ def read_tfrecords(
     ``parallel=True`` reads several files at once with ``interleave``, which is what hides the
     latency of remote storage (GCS); ``False`` reads them one after another. ``deterministic``
     None follows the dataset's ``tf.data.Options`` (deterministic unless they say otherwise).
-    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -295,16 +275,14 @@ def build_pipeline(
     Every stage yields the same kind of batch, ``(float32 [batch_size, out_size, out_size, 1],
     int32 [batch_size])``, shuffled and repeated forever; each keeps the stages before it.
     ``"naive"`` is the pipeline most tutorials show: files read in turn, one ``map`` per
-    example doing all the work, no parallelism, no prefetch. Taught in notebook 06.
+    example doing all the work, no parallelism, no prefetch.
+    Taught in notebooks 06, 11.
     """
     import tensorflow as tf
 
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; choose one of {list(STAGES)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    positive_int("batch_size", batch_size)
     level = list(STAGES).index(stage)
     parallel = tf.data.AUTOTUNE if level >= 1 else None
 
@@ -346,6 +324,7 @@ def transformations(dataset) -> list[str]:
     as ``ParallelMapDataset``, ``with_options`` as ``OptionsDataset``. It follows tf.data's
     private ``_input_dataset`` links, the only way to walk the chain; an interleave's file list
     is one step.
+    Taught in notebook 06.
     """
     names = []
     while dataset is not None:
@@ -362,9 +341,9 @@ def fill_caches(datasets, batches: int) -> list[str]:
     dataset and shared by every later iterator, so a measurement afterwards sees the steady
     state. Pipelines without a cache are left alone: a pass over them prepares nothing that a
     later iterator could use, it would only cost a full pass of their work.
+    Taught in notebook 06.
     """
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-        raise ValueError(f"batches must be a positive integer, got {batches!r}")
+    positive_int("batches", batches)
     filled = []
     for name, ds in datasets.items():
         if "CacheDataset" not in transformations(ds):
@@ -385,6 +364,7 @@ def input_wait_fraction(step_seconds: float, cached_step_seconds: float) -> floa
     accelerator waited. Near 0: compute-bound, the pipeline is fast enough. Near 1: input-bound,
     the accelerator mostly idles. Measurement noise can make the cached step the slower one; that
     reads as 0.
+    Taught in notebook 06.
     """
     for label, value in (
         ("step_seconds", step_seconds),
@@ -405,14 +385,14 @@ def autoshard_preview(dataset, policy: str, num_workers: int) -> list[list]:
     rewriting it per worker; this calls TensorFlow's own rewrite (the internal
     ``input_ops.auto_shard_dataset`` that the strategies call), so the preview shows the real
     behaviour on one machine. Being internal, it may move in a future TensorFlow. Returns one
-    list of elements (as numpy values) per worker. Taught in notebook 06.
+    list of elements (as numpy values) per worker.
+    Taught in notebook 06.
     """
     import tensorflow as tf
 
     if policy not in AUTOSHARD_POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {AUTOSHARD_POLICIES}")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    positive_int("num_workers", num_workers)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = getattr(
         tf.data.experimental.AutoShardPolicy, policy
@@ -430,6 +410,7 @@ def files_for_host(files: Sequence[str], input_context) -> list[str]:
     Each of the ``num_input_pipelines`` hosts takes every n-th file, starting at its
     ``input_pipeline_id``: the hosts read disjoint files that together cover all of them. A host
     with no file would have nothing to feed its TPU cores, so that raises.
+    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -457,13 +438,13 @@ def shard_plan(
     ten times as many files as hosts reading them, each at least 10 MB and ideally 100 MB or
     more. This gives ``files_per_host`` files per host unless they would be smaller than
     ``min_file_bytes``; then fewer, larger files, never fewer than one per host. The count is a
-    multiple of ``hosts``, so every host reads the same share. Taught in notebook 06.
+    multiple of ``hosts``, so every host reads the same share.
+    Taught in notebook 06.
     """
     if total_bytes <= 0:
         raise ValueError(f"total_bytes must be positive, got {total_bytes}")
     for label, value in (("hosts", hosts), ("files_per_host", files_per_host)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        positive_int(label, value)
     if min_file_bytes <= 0:
         raise ValueError(f"min_file_bytes must be positive, got {min_file_bytes}")
     per_host = min(files_per_host, math.floor(total_bytes / hosts / min_file_bytes))

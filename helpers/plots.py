@@ -30,7 +30,8 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
     """Training curves from a Keras ``History`` (or its ``.history`` dict), one panel per metric.
 
     Validation curves (``val_<metric>``) are drawn beside the training ones when present.
-    Returns the matplotlib figure. Taught in notebook 03.
+    Returns the matplotlib figure.
+    Taught in notebooks 03, 04.
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
@@ -60,7 +61,8 @@ def plot_samples(x, y, class_names: Sequence[str], count: int = 10):
     """The first image of each of the first ``count`` classes found in ``x``, titled with its
     class name: greyscale images ``[N, H, W]`` or ``[N, H, W, 1]``, integer labels ``y``.
 
-    Returns the matplotlib figure. Taught in notebook 01.
+    Returns the matplotlib figure.
+    Taught in notebook 01.
     """
     import matplotlib.pyplot as plt
 
@@ -101,6 +103,7 @@ def plot_bars(
     ``reference`` draws a dashed line at a value, e.g. what a device consumes, named in the
     legend. Labels use the number format of the printed tables (:func:`number`), and a label the
     line would cross moves inside its bar, or above the line when the bar is too short.
+    Taught in notebooks 03, 04, 05, 06, 10.
     """
     import matplotlib.pyplot as plt
 
@@ -153,6 +156,7 @@ def plot_step_shares(shares: Mapping[str, Mapping[str, float]], title: str = "")
 
     ``shares`` maps a run's name to ``{part: share}``, e.g. ``{"input": 0.4, "compute": 0.5,
     "other": 0.1}``; parts are stacked in the order of the first run and labelled when wide.
+    Taught in notebook 11.
     """
     import matplotlib.pyplot as plt
 
@@ -298,6 +302,7 @@ def plot_worker_run(run, examples: int = 96):
     examples read by more than one worker (empty when the shards are disjoint). Right: the loss
     every worker saw, step by step; identical training draws the curves on top of each other.
     Returns the matplotlib figure (notebook 09).
+    Taught in notebook 09.
     """
     import matplotlib.pyplot as plt
 

@@ -45,10 +45,7 @@ BITS = {"float32": (8, 23), "bfloat16": (8, 7), "float16": (5, 10)}
 
 @dataclass(frozen=True)
 class FloatFormat:
-    """The numbers a binary floating-point format can hold, derived from its bit layout.
-
-    Part of helpers.precision, taught in notebook 05.
-    """
+    """The numbers a binary floating-point format can hold, derived from its bit layout."""
 
     name: str
     exponent_bits: int
@@ -88,7 +85,10 @@ class FloatFormat:
 
 
 def format_table() -> list[FloatFormat]:
-    """float32, bfloat16 and float16 side by side (notebook 05)."""
+    """float32, bfloat16 and float16 side by side (notebook 05).
+
+    Taught in notebook 05.
+    """
     return [FloatFormat(name, *bits) for name, bits in BITS.items()]
 
 
@@ -97,7 +97,8 @@ def to_bfloat16(values) -> np.ndarray:
 
     bfloat16 is the top 16 bits of a float32: same sign and exponent, 7 of the 23 mantissa
     bits. Rounding adds half of the dropped part (ties to even) and truncates, exactly what
-    ``tf.cast(x, tf.bfloat16)`` does. NaN stays NaN. Taught in notebook 05.
+    ``tf.cast(x, tf.bfloat16)`` does. NaN stays NaN.
+    Taught in notebook 05.
     """
     x = np.asarray(values, dtype=np.float32)
     bits = x.view(np.uint32).astype(np.uint64)  # 64-bit, so the rounding carry cannot overflow
@@ -112,7 +113,8 @@ def rounding_table(values: Sequence[float]) -> list[dict]:
 
     float16 runs out of range where bfloat16 does not: large values overflow to ``inf`` and
     small ones (tiny gradients) flush to zero; that is why float16 training needs loss scaling
-    and bfloat16 training does not. Taught in notebook 05.
+    and bfloat16 training does not.
+    Taught in notebook 05.
     """
     rows = []
     for value in values:
@@ -132,7 +134,8 @@ def running_sum(step: float, count: int, dtype: str) -> float:
 
     In bfloat16 the total stops growing once ``step`` is smaller than half the gap between
     neighbouring numbers at the total's size: the reason Keras keeps metric totals and the
-    weights the optimizer updates in float32 under ``mixed_bfloat16``. Taught in notebook 05.
+    weights the optimizer updates in float32 under ``mixed_bfloat16``.
+    Taught in notebook 05.
     """
     import tensorflow as tf
 
@@ -159,7 +162,6 @@ def global_policy(name: str):
     ``keras.mixed_precision.set_global_policy`` changes every layer created afterwards, in the
     whole process, until changed again: a notebook cell that sets it and fails halfway leaves it
     set for every later cell. This restores the previous policy on the way out, always.
-    Taught in notebook 05.
     """
     import keras
 
@@ -173,10 +175,7 @@ def global_policy(name: str):
 
 @dataclass(frozen=True)
 class LayerDtypes:
-    """One layer's dtypes: its policy, the dtype of its weights, of its math, of its output.
-
-    Part of helpers.precision, taught in notebook 05.
-    """
+    """One layer's dtypes: its policy, the dtype of its weights, of its math, of its output."""
 
     name: str
     kind: str
@@ -191,6 +190,7 @@ def layer_dtypes(model) -> list[LayerDtypes]:
 
     ``output_dtype`` is what the layer actually produces in the model's graph (None when the
     layer has not been called on a symbolic input, e.g. in an unbuilt Sequential model).
+    Taught in notebook 05.
     """
     rows = []
     for layer in model.layers:
@@ -237,6 +237,7 @@ def check_float32_output(model) -> None:
     Under ``mixed_bfloat16`` the last layer must still compute in float32: softmax and
     cross-entropy in bfloat16 lose the small differences between probabilities that the loss
     depends on. The fix is ``dtype="float32"`` on the output layer.
+    Taught in notebook 05.
     """
     outputs = model.outputs if isinstance(model.outputs, (list, tuple)) else [model.outputs]
     for output in outputs:
@@ -263,6 +264,7 @@ def activation_bytes(model, batch) -> dict[str, int]:
 
     These are the activations a training step keeps in memory for the backward pass; under
     ``mixed_bfloat16`` they are half the size. The input layer is left out (it is the batch).
+    Taught in notebook 05.
     """
     import keras
 

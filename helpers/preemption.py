@@ -1,4 +1,4 @@
-"""A training run that survives being killed, and the tools to kill it (taught in notebook 08).
+"""A training run that survives being killed, and the tools to kill it (notebook 08).
 
 The run itself is a program of its own, started in a new process so that it can really be
 killed (SIGKILL: no exception, no ``finally``, no chance to save)::
@@ -42,13 +42,13 @@ from pathlib import Path
 import numpy as np
 
 from helpers import batches, data, loops, models, processes
+from helpers._arguments import positive_int
 
 __all__ = [
     "CRASH_IN",
     "HOLD_WHERE",
     "MODES",
     "Outcome",
-    "PROGRAM",
     "RunConfig",
     "RunFailed",
     "build",
@@ -112,8 +112,7 @@ class RunConfig:
             "steps_per_call",
         ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, value)
         if self.step_delay < 0:
             raise ValueError(f"step_delay must be 0 or more seconds, got {self.step_delay}")
         if self.save_every < 0:
@@ -178,6 +177,7 @@ def resumable_dataset(
     is avoided on purpose: its order also depends on the global seed, which other code in the
     process may set. This stands in for checkpointing the iterator, which ``tf.distribute``'s
     distributed iterators do not support (notebook 08 shows the error).
+    Taught in notebook 08.
     """
     import tensorflow as tf
 
@@ -214,7 +214,8 @@ def weights_digest(model) -> str:
 def build(config: RunConfig, strategy):
     """Model and optimizer, created in ``strategy.scope()`` (the optimizer built, see loops.py).
 
-    Taught in notebook 08, whose own process builds the same model as the runs it kills.
+    Notebook 08's own process builds the same model as the runs it kills.
+    Taught in notebook 08.
     """
     import keras
 
@@ -262,18 +263,12 @@ def read_progress(path: str | os.PathLike) -> list[dict]:
 
 
 class RunFailed(RuntimeError):
-    """The training process did not do what was expected; the message holds its output.
-
-    Part of helpers.preemption, taught in notebook 08.
-    """
+    """The training process did not do what was expected; the message holds its output."""
 
 
 @dataclass
 class Outcome:
-    """How one process ended: its return code, pid and the events it logged.
-
-    Part of helpers.preemption, taught in notebook 08.
-    """
+    """How one process ended: its return code, pid and the events it logged."""
 
     returncode: int
     pid: int
@@ -288,20 +283,14 @@ class Outcome:
 def _launch(config: RunConfig, env: dict | None):
     workdir = Path(config.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    # Output goes to a file, not a pipe: a full pipe would block the child.
-    out = open(workdir / f"output-{time.time_ns()}.txt", "w")
     # On the CPU only, quiet (helpers.processes): the TPU or GPU stays with this process.
     env = processes.child_env({"PYTHONWARNINGS": "ignore", **(env or {})})
-    proc = subprocess.Popen(
-        command(config), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir
-    )
-    return proc, out
+    log = workdir / f"output-{time.time_ns()}.txt"
+    return processes.start(command(config), log, env=env, cwd=workdir)
 
 
-def _failure(message: str, proc, out, config: RunConfig) -> RunFailed:
-    if not out.closed:
-        out.flush()
-    text = Path(out.name).read_text(errors="replace")[-3000:]
+def _failure(message: str, proc, config: RunConfig) -> RunFailed:
+    text = proc.log_path.read_text(errors="replace")[-3000:]
     events = read_progress(config.log_path)[-5:]
     return RunFailed(f"{message}\n--- last events\n{events}\n--- output (tail)\n{text}")
 
@@ -321,7 +310,7 @@ def run_until_killed(
             raise ValueError("give kill_when, or a config with hold_at")
         kill_when = lambda events: any(e["event"] == "hold" for e in events)  # noqa: E731
     start = time.monotonic()
-    proc, out = _launch(config, env)
+    proc = _launch(config, env)
     try:
         while True:
             mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
@@ -330,17 +319,12 @@ def run_until_killed(
                 code = proc.wait(timeout=60)
                 break
             if proc.poll() is not None:
-                raise _failure(
-                    f"the run ended by itself (exit {proc.returncode})", proc, out, config
-                )
+                raise _failure(f"the run ended by itself (exit {proc.returncode})", proc, config)
             if time.monotonic() - start > timeout:
-                raise _failure(f"no kill point within {timeout:.0f} s", proc, out, config)
+                raise _failure(f"no kill point within {timeout:.0f} s", proc, config)
             time.sleep(0.05)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        out.close()
+        processes.stop([proc])  # never left running
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
     return Outcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
 
@@ -355,23 +339,16 @@ def run_to_end(
     Taught in notebook 08.
     """
     start = time.monotonic()
-    proc, out = _launch(config, env)
+    proc = _launch(config, env)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise _failure(
-            f"the run did not finish within {timeout:.0f} s", proc, out, config
-        ) from None
+        raise _failure(f"the run did not finish within {timeout:.0f} s", proc, config) from None
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        out.close()
+        processes.stop([proc])  # never left running
     expected = -signal.SIGKILL if crash else 0
     if proc.returncode != expected:
-        raise _failure(
-            f"the run ended with exit {proc.returncode}, not {expected}", proc, out, config
-        )
+        raise _failure(f"the run ended with exit {proc.returncode}, not {expected}", proc, config)
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
     return Outcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
 
@@ -383,6 +360,7 @@ def summarize(events: list[dict], steps_per_epoch: int) -> dict:
     training steps computed, in all processes), ``repeated_steps`` (computed more than once
     because a kill lost them) and ``repeated_epochs`` (epochs that had *finished* in one process
     and were trained again by a later one: must be empty).
+    Taught in notebook 08.
     """
     runs: dict[int, dict] = {}
     for event in events:

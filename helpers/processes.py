@@ -8,13 +8,15 @@ and the tests' fresh interpreters. Each needs the same things, so they come from
   It is set with ``setdefault``: a user's own ``TF_CPP_MIN_LOG_LEVEL=0`` always wins.
 - :data:`CPU_ONLY`, for a child that must keep off the TPU or GPU its parent owns (a TPU serves
   one process; a GPU's memory is mapped by whoever opens it first).
-- :func:`without_tpu_hints`, the environment of a host with no TPU in sight.
 - :data:`HARMLESS_LOG` and :func:`harmless`, the lines TensorFlow writes before its logging is
   set up, which no log level reaches: notices, not problems (see :func:`harmless`).
 - :func:`child_env` builds a child's environment from all of the above;
   :func:`default_sigint` gives a child program back the Ctrl-C that a shell may have taken away.
+- :func:`start`, :func:`stop` and :func:`log_tail` supervise the children that run on their own
+  (notebook 08's killed training runs, notebook 09's workers): output into a log file, never a
+  pipe; every child killed and reaped whatever happens to the parent.
 
-Nothing here imports TensorFlow. Taught in notebooks 08 and 09 (the programs they start).
+Nothing here imports TensorFlow. Notebooks 08 and 09 start such programs.
 """
 
 from __future__ import annotations
@@ -22,22 +24,23 @@ from __future__ import annotations
 import os
 import re
 import signal
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from helpers import versions
 
 __all__ = [
-    "CPU_ONLY",
-    "HARMLESS_LOG",
     "LOG_LEVEL_VARIABLE",
     "TF_LOG_LEVEL",
     "TPU_ENV_HINTS",
     "child_env",
     "default_sigint",
     "harmless",
+    "log_tail",
+    "start",
+    "stop",
     "tensorflow_version",
-    "unsilenceable_logs_here",
-    "without_tpu_hints",
 ]
 
 LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
@@ -64,19 +67,13 @@ _EARLY_ABSL = re.compile(r"^[IW]\d{4} ")  # an absl INFO or WARNING line, as 2.1
 
 
 def tensorflow_version() -> str:
-    """The installed TensorFlow's version, whichever distribution brought it ("" if none).
-
-    Part of helpers.processes, taught in notebooks 08, 09.
-    """
+    """The installed TensorFlow's version, whichever distribution brought it ("" if none)."""
     found = versions.tensorflow_distribution()
     return found[1] if found else ""
 
 
 def unsilenceable_logs_here(version: str | None = None) -> bool:
-    """True with the TensorFlow releases (2.19, 2.20) whose early absl lines no setting reaches.
-
-    Part of helpers.processes, taught in notebooks 08, 09.
-    """
+    """True with the TensorFlow releases (2.19, 2.20) whose early absl lines no setting reaches."""
     version = tensorflow_version() if version is None else version
     return version.startswith(("2.19.", "2.20."))
 
@@ -87,20 +84,11 @@ def harmless(line: str, *, early_absl: bool | None = None) -> bool:
     ``early_absl`` (by default: with TensorFlow 2.19 or 2.20) also counts any absl INFO or
     WARNING line as harmless, since those releases write them before any setting applies.
     Errors (``E0000 ...``) are never harmless.
-    Part of helpers.processes, taught in notebooks 08, 09.
     """
     if HARMLESS_LOG.search(line):
         return True
     early_absl = unsilenceable_logs_here() if early_absl is None else early_absl
     return early_absl and bool(_EARLY_ABSL.match(line))
-
-
-def without_tpu_hints(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the variables that make a host look like a TPU VM.
-
-    Part of helpers.processes, taught in notebooks 08, 09.
-    """
-    return {name: value for name, value in env.items() if name not in TPU_ENV_HINTS}
 
 
 def child_env(
@@ -114,7 +102,6 @@ def child_env(
     TensorFlow's log level is set unless the user chose one, Python writes unbuffered (a parent
     follows the child's output as it comes), and with ``cpu_only`` the child keeps off this
     process's TPU or GPU. ``extra`` comes last; a value of None removes that variable.
-    Part of helpers.processes, taught in notebooks 08, 09.
     """
     env = dict(os.environ if base is None else base)
     env.setdefault(LOG_LEVEL_VARIABLE, TF_LOG_LEVEL)
@@ -135,6 +122,60 @@ def default_sigint() -> None:
     A program started from a shell's background job (``make test &``, ``nohup``) inherits SIGINT
     ignored, and Python then installs no handler of its own: a parent that stops its children
     with SIGINT would wait for nothing. Every child program calls this first.
-    Part of helpers.processes, taught in notebooks 08, 09.
     """
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def start(
+    argv: Sequence[str],
+    log_path: str | Path,
+    *,
+    env: Mapping[str, str],
+    cwd: str | Path | None = None,
+    new_session: bool = False,
+) -> subprocess.Popen:
+    """Start ``argv`` with its output (stdout and stderr) going to ``log_path``; return it.
+
+    A file, not a pipe: a pipe nobody reads fills up and blocks the child. stdin is closed.
+    ``new_session`` gives the child its own process group, so a Ctrl-C in a terminal reaches
+    only the parent, which then stops its children itself (:func:`stop`).
+    The returned process carries ``log_path``.
+    """
+    log_path = Path(log_path)
+    with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=new_session,
+        )
+    proc.log_path = log_path
+    return proc
+
+
+def stop(procs: Sequence[subprocess.Popen]) -> None:
+    """Kill every process still running, then wait for all of them (no zombies).
+
+    A no-op for processes that have exited and been waited for; call it in ``finally``.
+    """
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
+            pass
+
+
+def log_tail(path: str | Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of a child's log file ("" while there is none)."""
+    path = Path(path)
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])

@@ -63,16 +63,15 @@ __all__ = [
 ]
 
 # The step marker: a TraceMe of this name with a step_num stat is a step to the profiler's tools.
-# Taught in notebook 11.
 STEP_EVENT = "train"
 # What Keras 3's TensorBoard callback wraps each profiled batch of fit() in (profile_batch=...):
 # Trace("Profiled batch", step_num=batch), without the _r=1 of a root step marker
 # (keras/src/backend/tensorflow/tensorboard.py, Keras 3.15). The reader takes it as a step when a
-# profile has no STEP_EVENT marker. Taught in notebook 11.
+# profile has no STEP_EVENT marker.
 KERAS_BATCH_EVENT = "Profiled batch"
 # A verdict whose deciding share lies within this many points of its line is called borderline:
 # profiles of the same run move by more than that on a busy machine (notebook 11's aside: run C's
-# host share read 42% and then 33% of the time not waiting for input). Taught in notebook 11.
+# host share read 42% and then 33% of the time not waiting for input).
 BORDERLINE_MARGIN = 0.03
 # Events that are the host or a replica waiting for the next batch of a tf.data iterator.
 _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIteratorGetNext")
@@ -81,7 +80,7 @@ _BATCH_EVENT = re.compile(r"^(IteratorGetNextOp::DoCompute|GetNextFromShard0)$")
 # An op execution on a compute thread is named "<node name>:<op type>".
 _OP_EVENT = re.compile(r"^(?P<node>[^:]+):(?P<type>[A-Za-z0-9_]+)$")
 # The lines :func:`diagnose` draws, as shares (0 to 1); its docstring says why each is where it
-# is. Taught in notebook 11.
+# is.
 INPUT_BOUND_SHARE = 0.20  # input waits, of the call's time
 HOST_BOUND_SHARE = 0.40  # the host's own work, of the call's time not spent waiting for input
 HEALTHY_INPUT_SHARE = 0.05  # "healthy" needs input waits below this share of the call
@@ -94,7 +93,7 @@ def capture(logdir: str | os.PathLike) -> Iterator[dict]:
 
     Keep the block short (a few steps, a second or two): the file grows with every op run.
     ``"xplane"`` is the path of the ``.xplane.pb`` written, the file every other function here
-    and TensorBoard's Profile tab read (``tensorboard --logdir <logdir>``). Taught in notebook 11.
+    and TensorBoard's Profile tab read (``tensorboard --logdir <logdir>``).
     """
     import tensorflow as tf
 
@@ -125,6 +124,7 @@ def profile_calls(
     prefetch buffers filled while the program did something else, which would hide waits.
     Returns ``(xplane path, extract(xplane path))``. Notebook 11 writes these lines by hand for
     its first profile (tests/test_lesson_code_11.py reads both alike).
+    Taught in notebook 11.
     """
     for i in range(warmup):
         timing.fetch(call(-1 - i))
@@ -166,7 +166,8 @@ def fit_callback(logdir: str | os.PathLike, first: int = 2, last: int = 5):
     :func:`step` (the root step marker, ``_r=1``, that Keras' own TensorBoard callback leaves
     out) and stops after batch ``last``; ``callback.xplane`` is then the file written. It needs
     no ``tensorboard`` package. Each batch is one call of ``fit``'s training function
-    (``steps_per_execution`` steps). Taught in notebook 11.
+    (``steps_per_execution`` steps).
+    Taught in notebook 11.
     """
     import keras
     import tensorflow as tf
@@ -204,6 +205,7 @@ def retracing_warning_hidden():
     The lesson finds retracing in the profile; the warning would give the answer away (and it
     appears only after five retraces in a row, so it is no substitute for a profile). Taught in
     notebook 11.
+    Taught in notebook 11.
     """
     logger = logging.getLogger("tensorflow")
     previous = logger.level
@@ -237,7 +239,8 @@ def extract(xplane_path: str | os.PathLike) -> dict:
     markers (:func:`step`), else the ``KERAS_BATCH_EVENT`` ones Keras' TensorBoard callback
     writes around each profiled batch of ``fit``. Only the host planes are read (on a CPU or
     GPU host the ops run there); ``"planes"`` names them, and ``"device_planes"`` the planes of
-    TPU or GPU devices the file also holds, which nothing here reads. Taught in notebook 11.
+    TPU or GPU devices the file also holds, which nothing here reads.
+    Taught in notebook 11.
     """
     proto = _xplane_proto().XSpace()
     with open(xplane_path, "rb") as f:
@@ -354,7 +357,7 @@ class ProfileSummary:
     """What a profile says about the calls it recorded (times in milliseconds, shares 0 to 1).
 
     One recorded call is one marked step: one call of the training function, which may run
-    several training steps. Returned by :func:`summarize`; taught in notebook 11.
+    several training steps. Returned by :func:`summarize`.
     """
 
     steps: int  # profiled calls (marked steps)
@@ -471,7 +474,7 @@ def _intersect(first: list, second: list) -> list:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """A verdict of :func:`diagnose` and the numbers that decided it. Taught in notebook 11."""
+    """A verdict of :func:`diagnose` and the numbers that decided it."""
 
     verdict: str  # "retracing", "input-bound", "host-overhead", "compute-bound" or "healthy"
     reason: str  # the numbers that decided it
@@ -495,7 +498,7 @@ class Diagnosis:
         return text + (f". Evidence: {self.evidence}" if self.evidence else "")
 
 
-# What to do about each verdict. Taught in notebook 11.
+# What to do about each verdict.
 FIXES = {
     "retracing": "pass values that change as tensors (tf.constant), not Python numbers, and keep "
     "shapes static: drop_remainder=True, pad to fixed lengths (padded_shapes), or give the "
@@ -510,7 +513,7 @@ FIXES = {
     "healthy": "nothing outside the ops to fix in this profile; for more speed, the ops "
     "themselves: the slowest op types, bfloat16 (notebook 05), tile-filling sizes (notebook 10)",
 }
-# The host-overhead fix when each call already runs several training steps. Taught in notebook 11.
+# The host-overhead fix when each call already runs several training steps.
 HOST_WORK_IN_STEPS_FIX = (
     "each call already runs several training steps, so the host's work is inside them "
     "(launching every op on every replica, Python in the step): give each op more work with a "
@@ -557,7 +560,6 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
     A verdict is **borderline** when a share that decided it lies within ``BORDERLINE_MARGIN``
     (3 points) of its line: ``borderline`` says which, and a rerun may well cross it. Every
     verdict says which planes it was read from (``evidence``): on a CPU, the host's only.
-
     Taught in notebook 11.
     """
     s = summary
@@ -649,6 +651,7 @@ def profiler_tool(xplane_path: str | os.PathLike, tool: str):
     ``"framework_op_stats"`` or ``"overview_page"``. Needs the ``xprof`` package (the
     profiler behind TensorBoard's Profile tab). Its C++ log lines are dropped. Taught in
     notebook 11.
+    Taught in notebook 11.
     """
     with quiet._captured_stderr():
         # Here, not at the top: xprof is optional, and its import writes C++ log lines.

@@ -1,6 +1,6 @@
 """Install routes: which TensorFlow can drive a TPU on this platform and Python, and how to get it.
 
-Taught in notebook 01; used by every notebook's setup cell (through ``runtime.ensure_tensorflow``)
+Shown in notebook 01; used by every notebook's setup cell (through ``runtime.ensure_tensorflow``)
 and by the TPU self-test. Two small tables of facts, each fact with its source and whether it was
 seen on TPU hardware, and one decision, :func:`choose_route`:
 
@@ -30,10 +30,7 @@ PYTHONS_CHECKED = (*SUPPORTED_PYTHONS, f"3.{int(SUPPORTED_PYTHONS[-1].split('.')
 
 @dataclass(frozen=True)
 class Fact:
-    """One statement the routes rely on, with where it comes from.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """One statement the routes rely on, with where it comes from."""
 
     text: str
     source: str
@@ -46,10 +43,7 @@ class Fact:
 
 @dataclass(frozen=True)
 class TPURelease:
-    """A ``tensorflow-tpu`` release and the ``libtpu`` to install with it.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """A ``tensorflow-tpu`` release and the ``libtpu`` to install with it."""
 
     tensorflow: str
     pythons: tuple[str, ...]  # the CPython versions with a wheel on PyPI
@@ -74,10 +68,7 @@ class TPURelease:
 
 @dataclass(frozen=True)
 class Platform:
-    """What a hosted TPU platform ships and how a user changes it.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """What a hosted TPU platform ships and how a user changes it."""
 
     name: str
     label: str
@@ -259,10 +250,7 @@ OTHER = Platform(
 
 
 def platform_facts(platform: str) -> Platform:
-    """The facts for ``platform`` (a name from ``runtime.detect_platform``); unknown: OTHER.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """The facts for ``platform`` (a name from ``runtime.detect_platform``); unknown: OTHER."""
     return PLATFORMS.get(platform, OTHER)
 
 
@@ -278,10 +266,7 @@ class NoRoute(RuntimeError):
 
 @dataclass(frozen=True)
 class Route:
-    """How to get a TensorFlow that drives the TPU on one platform and Python.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """How to get a TensorFlow that drives the TPU on one platform and Python."""
 
     platform: str
     python: str
@@ -333,10 +318,7 @@ def python_version(version_info=None) -> str:
 
 
 def releases_for(python: str) -> list[TPURelease]:
-    """The TPU builds with a wheel for ``python``, preferred first.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """The TPU builds with a wheel for ``python``, preferred first."""
     return [r for r in RELEASES if python in r.pythons]
 
 
@@ -390,10 +372,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def route_table(pythons: tuple[str, ...] = PYTHONS_CHECKED) -> list[dict]:
-    """Every platform x Python pair with its route or the reason there is none (README, 01).
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """Every platform x Python pair with its route or the reason there is none (README, 01)."""
     rows = []
     for platform in (*PLATFORMS, OTHER.name):
         for python in pythons:
@@ -459,10 +438,7 @@ def _record_path() -> Path:
 
 
 def record_installed(route: Route, path: Path | None = None) -> Path:
-    """Remember that ``route`` was installed here, for the self-test's report after a restart.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """Remember that ``route`` was installed here, for the self-test's report after a restart."""
     path = path or _record_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {**route.to_dict(), "python_executable": sys.executable}
@@ -471,10 +447,7 @@ def record_installed(route: Route, path: Path | None = None) -> Path:
 
 
 def installed_route(path: Path | None = None) -> dict | None:
-    """The route :func:`record_installed` saved for this interpreter, or None.
-
-    Part of helpers.routes, taught in notebook 01.
-    """
+    """The route :func:`record_installed` saved for this interpreter, or None."""
     path = path or _record_path()
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -484,7 +457,6 @@ def installed_route(path: Path | None = None) -> dict | None:
 
 
 __all__ = [
-    "Fact",
     "LIBTPU_NEWEST_SEEN",
     "NoRoute",
     "OTHER",
@@ -496,9 +468,7 @@ __all__ = [
     "choose_route",
     "installed_route",
     "markdown_table",
-    "platform_facts",
     "python_version",
     "record_installed",
-    "releases_for",
     "route_table",
 ]

@@ -1,6 +1,6 @@
 """Where is this notebook running, and can its TensorFlow drive the TPU it sees?
 
-Taught in notebook 01. Nothing here imports TensorFlow or touches the TensorFlow runtime:
+ Nothing here imports TensorFlow or touches the TensorFlow runtime:
 the checks read environment variables, device nodes and installed package metadata, so they
 are safe to run before ``connect()`` and on a runtime with no TensorFlow at all.
 """
@@ -18,13 +18,10 @@ from helpers import failures, routes, versions
 from helpers.processes import TPU_ENV_HINTS
 
 __all__ = [
-    "COLAB_ENV",
-    "KAGGLE_ENV",
     "detect_platform",
     "ensure_tensorflow",
     "RestartRequired",
     "tensorflow_tpu_support",
-    "tpu_fix_commands",
     "tpu_hints",
     "TPUSupport",
     "TPUUnusableError",
@@ -37,21 +34,18 @@ KAGGLE_ENV = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
 
 
 class TPUUnusableError(RuntimeError):
-    """TPU hardware is present but this TensorFlow cannot use it. The message says the fix.
-
-    Part of helpers.runtime, taught in notebook 01.
-    """
+    """TPU hardware is present but this TensorFlow cannot use it. The message says the fix."""
 
 
 class RestartRequired(RuntimeError):
-    """Packages were installed into the running kernel; it must restart to load them.
-
-    Part of helpers.runtime, taught in notebook 01.
-    """
+    """Packages were installed into the running kernel; it must restart to load them."""
 
 
 def detect_platform(env: Mapping[str, str] | None = None) -> str:
-    """Return ``"colab"``, ``"kaggle"``, ``"cloud-tpu-vm"``, ``"ci"`` or ``"local"`` (notebook 01)."""
+    """Return ``"colab"``, ``"kaggle"``, ``"cloud-tpu-vm"``, ``"ci"`` or ``"local"`` (notebook 01).
+
+    Taught in notebooks 00, 01.
+    """
     env = os.environ if env is None else env
     if any(name in env for name in COLAB_ENV) or "google.colab" in sys.modules:
         return "colab"
@@ -69,7 +63,7 @@ def tpu_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") ->
 
     An empty list means no sign of a TPU. The device nodes (``/dev/accel*`` on v4 and older,
     ``/dev/vfio/N`` on v5e and newer) are what the platforms document; they are unverified on
-    hardware by this project. Taught in notebook 01.
+    hardware by this project.
     """
     env = os.environ if env is None else env
     hints = [f"{name}={env[name]}" for name in TPU_ENV_HINTS if env.get(name)]
@@ -100,6 +94,7 @@ def tensorflow_tpu_support() -> TPUSupport:
     "unknown"); with any other libtpu it is the pairing Kaggle saw fail with "No TPU platform
     found". A CPU-only build or no TensorFlow are known-bad. A plain ``tensorflow`` next to
     ``libtpu`` is what Cloud TPU VM images ship: it may work, so the answer is "unknown".
+    Taught in notebook 01.
     """
     dist = versions.tensorflow_distribution()
     if dist is None:
@@ -132,16 +127,6 @@ def tensorflow_tpu_support() -> TPUSupport:
     if libtpu is not None:
         return TPUSupport(None, f"{name} {version} beside libtpu {libtpu}: may work (TPU VM image)")
     return TPUSupport(False, f"{name} {version} has no TPU support (no libtpu installed)")
-
-
-def tpu_fix_commands(platform: str | None = None, python: str | None = None) -> list[str]:
-    """The shell commands that give this platform a TensorFlow able to drive its TPU.
-
-    Raises :class:`helpers.routes.NoRoute` when no TPU build has a wheel for ``python``.
-    Part of helpers.runtime, taught in notebook 01.
-    """
-    platform = platform or detect_platform()
-    return list(routes.choose_route(platform, python).commands)
 
 
 def unusable_tpu_message(
@@ -234,8 +219,6 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
       with the commands to run. When this Python has no route, raises
       :class:`TPUUnusableError` with the way out and runs no pip command. Never falls back
       silently.
-
-    Taught in notebook 01.
     """
     platform = detect_platform()
     hints = tpu_hints()

@@ -40,18 +40,12 @@ class SaveInterrupted(RuntimeError):
 
 
 def crash(phase: str) -> None:
-    """An action for :func:`interrupt_save`: raise :class:`SaveInterrupted`.
-
-    Part of helpers.save_faults, taught in notebook 08.
-    """
+    """An action for :func:`interrupt_save`: raise :class:`SaveInterrupted`."""
     raise SaveInterrupted(f"save interrupted in phase '{phase}'")
 
 
 def sigkill(phase: str = "") -> None:
-    """An action for :func:`interrupt_save`: SIGKILL this process (no cleanup of any kind).
-
-    Part of helpers.save_faults, taught in notebook 08.
-    """
+    """An action for :func:`interrupt_save`: SIGKILL this process (no cleanup of any kind)."""
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -1,6 +1,6 @@
 """``connect()``: the one entry point every notebook uses to get its distribution strategy.
 
-Taught in notebook 01, which writes its TPU and simulated-TPU paths out in plain TensorFlow
+Notebook 01 writes its TPU and simulated-TPU paths out in plain TensorFlow
 (a test checks that this module makes the same calls). The order of preference is
 
 1. a TPU (``TPUClusterResolver(tpu="local")`` on a TPU VM, or a named TPU for a pod slice),
@@ -47,10 +47,7 @@ KINDS = ("TPU", "several GPUs", SIMULATED_TPU, "one device")
 
 
 class StrategyError(RuntimeError):
-    """The strategy asked for cannot be built in this kernel; the message says what to do.
-
-    Taught in notebook 01.
-    """
+    """The strategy asked for cannot be built in this kernel; the message says what to do."""
 
 
 @dataclass
@@ -82,7 +79,7 @@ def connect(
             the CPU instead of raising :class:`helpers.runtime.TPUUnusableError`.
 
     Calling again with the same arguments returns the same strategy object.
-    Part of helpers.strategy, taught in notebook 01.
+    Taught in notebooks 00, 05, 06, 07, 08, 09, 10, 11.
     """
     if isinstance(simulated_replicas, bool) or not isinstance(simulated_replicas, int):
         raise TypeError(f"simulated_replicas must be an int, got {simulated_replicas!r}")
@@ -231,7 +228,7 @@ class StrategyInfo:
 def describe(strategy=None) -> StrategyInfo:
     """Describe ``strategy`` (default: the one :func:`connect` returned in this kernel).
 
-    Part of helpers.strategy, taught in notebook 01.
+    Taught in notebooks 00, 05, 06, 07, 08, 09, 10, 11.
     """
     import keras
     import tensorflow as tf

@@ -32,6 +32,7 @@ def validate_tpu_run_function(fn) -> None:
 
     Raises ``NotImplementedError`` for a plain Python function ("pure eager"); a ``tf.function``
     passes. Internal because the check is reachable only through ``TPUStrategy.run``.
+    Taught in notebook 04.
     """
     from tensorflow.python.distribute.tpu_strategy import validate_run_function
 
@@ -49,18 +50,25 @@ def split_to_logical_devices(tensor, partition: list[int]):
     """Annotate ``tensor`` as ``TPUStrategy.experimental_split_to_logical_devices`` does (07).
 
     Dimension ``j`` is cut into ``partition[j]`` tiles, one per logical device, in order.
+    Taught in notebook 07.
     """
     devices = np.arange(int(np.prod(partition))).reshape(partition)
     return _sharding().tile(tensor, devices, use_sharding_op=True)
 
 
 def replicate_to_logical_devices(tensor):
-    """Annotate ``tensor`` as ``experimental_replicate_to_logical_devices`` does (07)."""
+    """Annotate ``tensor`` as ``experimental_replicate_to_logical_devices`` does (07).
+
+    Taught in notebook 07.
+    """
     return _sharding().replicate(tensor, use_sharding_op=True)
 
 
 def assign_to_logical_device(tensor, device: int):
-    """Annotate ``tensor`` as ``experimental_assign_to_logical_device`` does (07)."""
+    """Annotate ``tensor`` as ``experimental_assign_to_logical_device`` does (07).
+
+    Taught in notebook 07.
+    """
     return _sharding().assign_device(tensor, device, use_sharding_op=True)
 
 

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from helpers._arguments import positive_int
+
 __all__ = [
     "compare",
     "compare_throughput",
@@ -46,7 +48,6 @@ def fetch(result):
 
     Walks lists, tuples and dicts; anything with a ``.numpy()`` method (TensorFlow tensors,
     per-replica values' components) is converted, which waits for the device to finish.
-    Part of helpers.timing, taught in notebooks 03, 06.
     """
     if isinstance(result, dict):
         return {key: fetch(value) for key, value in result.items()}
@@ -59,10 +60,7 @@ def fetch(result):
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds measured over repetitions; ``median``, ``low`` and ``high`` summarise them.
-
-    Part of helpers.timing, taught in notebooks 03, 06.
-    """
+    """Seconds measured over repetitions; ``median``, ``low`` and ``high`` summarise them."""
 
     seconds: tuple[float, ...]
 
@@ -108,7 +106,6 @@ def time_call(
 
     Each call's result goes through :func:`fetch` before the clock stops. ``on_repeat(i,
     seconds)`` is called after each timed repetition (progress output).
-    Part of helpers.timing, taught in notebooks 03, 06.
     """
     _check_counts(repeats, warmup)
     for _ in range(warmup):
@@ -123,10 +120,7 @@ def time_call(
 
 @dataclass(frozen=True)
 class Comparison:
-    """A baseline and a candidate timed alternately; ``ratios`` are baseline / candidate.
-
-    Part of helpers.timing, taught in notebooks 03, 06.
-    """
+    """A baseline and a candidate timed alternately; ``ratios`` are baseline / candidate."""
 
     baseline: Timing
     candidate: Timing
@@ -187,7 +181,8 @@ def epoch_timer():
 
     Keras fetches an epoch's logs before ``on_epoch_end``, so the device work is finished when
     the clock stops. The first epoch includes tracing and compiling; compare the later ones.
-    Taught in notebook 05; ``fitting.time_fit`` (notebook 03) uses it.
+    ``fitting.time_fit`` uses it too.
+    Taught in notebook 05.
     """
     import keras
 
@@ -221,12 +216,12 @@ def compare_timings(
     timing, or steal CPU while another task is timed. In each round each task runs ``warmup``
     untimed calls and ``calls`` timed ones (:func:`time_call`); the result holds
     one value per round, the median seconds per call of that round. Taking turns means a burst
-    of load from other programs hits every task, not one. Taught in notebook 06.
+    of load from other programs hits every task, not one.
+    Taught in notebook 06.
     """
     if not setups:
         raise ValueError("nothing to time")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    positive_int("rounds", rounds)
     per_round: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(rounds):
         for name, setup in setups.items():
@@ -246,8 +241,6 @@ def _batch_size(batch) -> int:
 class Throughput:
     """One pipeline measured over several rounds: seconds per batch, by the wall clock and in
     CPU time of the whole process (all its threads), one value of each per round.
-
-    Part of helpers.timing, taught in notebooks 03, 06.
     """
 
     batch_size: int
@@ -285,6 +278,7 @@ def compare_throughput(
     parallelism improves and other programs on the machine spoil. The process's CPU time gives
     the work done per example, which parallelism does not change (it spreads the same work over
     more cores) but caching and vectorising reduce, and which barely depends on the load.
+    Taught in notebook 06.
     """
     if not pipelines:
         raise ValueError("no pipelines to measure")
@@ -324,8 +318,7 @@ def _timed(fn) -> float:
 
 
 def _check_counts(repeats, warmup) -> None:
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    positive_int("repeats", repeats)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
 

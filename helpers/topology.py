@@ -59,7 +59,7 @@ GIB = 2**30
 class SplitError(ValueError):
     """A tensor cannot be split over the logical devices as asked; the message says why.
 
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
 
 
@@ -69,7 +69,6 @@ class SliceSpec:
 
     ``host_chips`` is the block of chips one host (TensorFlow *task*) drives; the slice's chip
     grid is tiled by such blocks, so ``hosts = prod(chips / host_chips)``.
-    Part of helpers.topology, taught in notebook 07.
     """
 
     name: str
@@ -155,7 +154,7 @@ SLICES: dict[str, SliceSpec] = {name: _slice(name) for name in _GRIDS}
 def slice_spec(name: str | SliceSpec) -> SliceSpec:
     """Look up a slice by name (``"v3-8"``, ``"v5e-8"``, ``"v5e-1"``, ``"v3-32"``).
 
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebooks 07, 09.
     """
     if isinstance(name, SliceSpec):
         return name
@@ -171,7 +170,6 @@ def device_coordinates(spec: str | SliceSpec) -> np.ndarray:
     Hosts tile the chip grid in ``host_chips`` blocks, x fastest. Within a host the devices go core
     fastest, then x, then y, then z: the order of the recorded v2/v3-8 topology (see
     :data:`SLICES` for what is verified).
-    Part of helpers.topology, taught in notebook 07.
     """
     spec = slice_spec(spec)
     hx, hy, hz = spec.host_chips
@@ -196,6 +194,7 @@ def build_topology(spec: str | SliceSpec):
 
     Notebook 07 writes the v3-8 one by hand in plain TensorFlow (section 2); this gives back the
     same topology (tests/test_lesson_code_07.py).
+    Taught in notebook 07.
     """
     import tensorflow as tf
 
@@ -211,7 +210,7 @@ def computation_shape_for(mesh_shape: Sequence[int], logical_devices: int) -> li
     Cores of the same chip are taken first (they share the chip's fastest links), then the block
     grows along its shortest side among x, y and z, so it stays compact. Every side must divide
     the mesh, so that identical blocks tile the whole slice: no core is left idle.
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
     if isinstance(logical_devices, bool) or not isinstance(logical_devices, (int, np.integer)):
         raise TypeError(f"logical_devices must be an int, got {logical_devices!r}")
@@ -260,6 +259,7 @@ def build_assignment(topology, logical_devices: int = 1):
     one (replica, logical device) pair. Notebook 07 calls ``DeviceAssignment.build`` by hand
     for 2 logical devices on a v3-8 (section 3); this returns the same assignment
     (tests/test_lesson_code_07.py).
+    Taught in notebook 07.
     """
     import tensorflow as tf
 
@@ -274,7 +274,7 @@ def build_assignment(topology, logical_devices: int = 1):
 def core_usage(assignment) -> np.ndarray:
     """How many (replica, logical device) pairs each core of the mesh serves (want: all 1).
 
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
     mesh = [int(m) for m in assignment.topology.mesh_shape]
     counts = np.zeros(mesh, dtype=np.int32)
@@ -286,7 +286,7 @@ def core_usage(assignment) -> np.ndarray:
 def assignment_grid(assignment) -> tuple[np.ndarray, np.ndarray]:
     """Two mesh-shaped arrays: the replica and the logical device each core serves (-1: idle).
 
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
     mesh = [int(m) for m in assignment.topology.mesh_shape]
     replica = np.full(mesh, -1, dtype=np.int32)
@@ -302,10 +302,7 @@ def assignment_grid(assignment) -> tuple[np.ndarray, np.ndarray]:
 
 
 def assignment_table(assignment) -> list[dict]:
-    """One row per (replica, logical device): mesh coordinates, host (task) and TPU device index.
-
-    Part of helpers.topology, taught in notebook 07.
-    """
+    """One row per (replica, logical device): mesh coordinates, host (task) and TPU device index."""
     topology = assignment.topology
     rows = []
     for r in range(assignment.num_replicas):
@@ -326,7 +323,7 @@ def assignment_table(assignment) -> list[dict]:
 def same_layout(a, b) -> bool:
     """True when two topologies have the same mesh and list their devices in the same order.
 
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
     return np.array_equal(a.mesh_shape, b.mesh_shape) and np.array_equal(
         a.device_coordinates, b.device_coordinates
@@ -336,7 +333,7 @@ def same_layout(a, b) -> bool:
 def matching_slice(topology) -> str | None:
     """The name of the :data:`SLICES` entry whose layout equals ``topology``, or None.
 
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
     for name in SLICES:
         if same_layout(topology, build_topology(name)):
@@ -349,7 +346,7 @@ def tpu_topology(strategy):
 
     ``initialize_tpu_system`` stores the serialised topology on the cluster resolver; this reads
     it back (a private attribute of the resolver in TensorFlow 2.19 to 2.21, hence the checks).
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
     import tensorflow as tf
 
@@ -371,7 +368,8 @@ def check_split(
     The rules TPUStrategy enforces: one entry per tensor dimension, their product equal to the
     logical devices per replica, and every known dimension divisible by its entry. Returns the
     shape of the piece each logical device receives; raises :class:`SplitError` saying what to
-    change. Taught in notebook 07.
+    change.
+    Taught in notebook 07.
     """
     shape = tuple(None if s is None else int(s) for s in shape)
     parts = tuple(int(p) for p in partition_dimensions)
@@ -403,7 +401,7 @@ def check_split(
 def check_logical_device(logical_device_id: int, logical_devices: int) -> int:
     """Check ``experimental_assign_to_logical_device(tensor, logical_device_id)`` in advance.
 
-    Part of helpers.topology, taught in notebook 07.
+    Taught in notebook 07.
     """
     if not 0 <= logical_device_id < logical_devices:
         raise ValueError(
@@ -420,6 +418,7 @@ def sharding_annotations(concrete_function) -> list[dict]:
     an ``XlaSharding`` op that tells the XLA compiler how to spread a tensor over the logical
     devices. This lists them: ``kind`` is ``"split"`` (tiled), ``"replicated"`` or
     ``"one device"``, with the tile grid and the devices.
+    Taught in notebook 07.
     """
     op_sharding = tf_internals.xla_op_sharding()
     kinds = {
@@ -445,5 +444,8 @@ def sharding_annotations(concrete_function) -> list[dict]:
 
 
 def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
-    """Draw device assignments, one panel each (``helpers.plots.plot_assignments``; notebook 07)."""
+    """Draw device assignments, one panel each (``helpers.plots.plot_assignments``; notebook 07).
+
+    Taught in notebook 07.
+    """
     return plots.plot_assignments(assignments, columns, grid=assignment_grid)

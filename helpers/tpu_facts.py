@@ -42,7 +42,7 @@ FLOAT64_WHY = (
 def round_up(n: int, multiple: int) -> int:
     """``n`` rounded up to a multiple of ``multiple``: the size the TPU pads it to.
 
-    Part of helpers.tpu_facts, taught in notebooks 00, 03, 07, 10.
+    Taught in notebook 01.
     """
     return -(-n // multiple) * multiple
 
@@ -58,7 +58,7 @@ class Generation:
     ``tensorcores_per_chip`` TensorCores; each TensorCore holds ``mxus_per_tensorcore`` matrix
     units (MXUs) of ``mxu_size`` x ``mxu_size`` multiply-accumulators, beside a vector and a scalar
     unit: a TensorCore is not a matrix unit. None of these numbers was measured on hardware by this
-    project. Taught in notebooks 00, 03 and 07.
+    project.
     """
 
     name: str
@@ -135,7 +135,6 @@ def generation_of(accelerator_type: str | None) -> Generation | None:
     """The generation named by an accelerator type (``"v5litepod-8"``, ``"v3-8"``, ``"TPU v4"``).
 
     None when the text names no generation this table knows.
-    Part of helpers.tpu_facts, taught in notebooks 00, 03, 07, 10.
     """
     match = _ACCELERATOR.search(accelerator_type or "")
     if match is None:

@@ -1,14 +1,14 @@
 """Which packages are installed, and their versions: the one place that asks pip's metadata.
 
 Nothing here imports the packages it asks about, so it is safe before TensorFlow's first import
-and on a runtime with no TensorFlow at all. Taught in notebook 01.
+and on a runtime with no TensorFlow at all.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 
-__all__ = ["TF_DISTRIBUTIONS", "installed", "tensorflow_distribution"]
+__all__ = ["installed", "tensorflow_distribution"]
 
 # Distribution names under which TensorFlow is installed, most specific first.
 TF_DISTRIBUTIONS = (
@@ -21,10 +21,7 @@ TF_DISTRIBUTIONS = (
 
 
 def installed(*names: str) -> str | None:
-    """The version of the first of ``names`` that is installed, or None if none is.
-
-    Part of helpers.versions, taught in notebook 01.
-    """
+    """The version of the first of ``names`` that is installed, or None if none is."""
     for name in names:
         try:
             return importlib.metadata.version(name)
@@ -36,7 +33,7 @@ def installed(*names: str) -> str | None:
 def tensorflow_distribution() -> tuple[str, str] | None:
     """Return ``(distribution, version)`` of the installed TensorFlow, or None if there is none.
 
-    Part of helpers.versions, taught in notebook 01.
+    Taught in notebook 01.
     """
     for name in TF_DISTRIBUTIONS:
         version = installed(name)

@@ -129,7 +129,7 @@ def test_a_listed_checkpoint_with_missing_files_is_skipped_never_a_fresh_start(s
     model, optimizer, step = _trained_objects()
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
     with pytest.warns(UserWarning):
-        checkpoints.resume(checkpoint, directory, log=lambda m: None)
+        checkpoints.restore(checkpoint, directory)
     assert int(step.numpy()) == 2 and _same(model.get_weights(), snapshots[2])
     # With no complete checkpoint left, it is an error, not a silent start from step 0.
     for path in directory.glob("ckpt-2.*"):
@@ -137,7 +137,7 @@ def test_a_listed_checkpoint_with_missing_files_is_skipped_never_a_fresh_start(s
     with pytest.raises(checkpoints.CheckpointNotFoundError, match="none of them has complete"):
         checkpoints.latest_checkpoint(directory)
     with pytest.raises(checkpoints.CheckpointNotFoundError, match="ckpt-4"):
-        checkpoints.resume(checkpoint, directory)
+        checkpoints.restore(checkpoint, directory)
     with pytest.raises(checkpoints.CheckpointNotFoundError):
         checkpoints.repair(directory)  # nothing is deleted then
     assert (directory / checkpoints.STATE_FILE).exists()
@@ -181,7 +181,7 @@ def test_a_save_interrupted_in_any_phase_is_repaired_to_the_last_commit(tmp_path
     restart, restart_manager = checkpoints.make_checkpoint(
         tmp_path, model=other, optimizer=other_opt, step=other_step
     )
-    checkpoints.resume(restart, tmp_path, require=True, log=lambda m: None)
+    checkpoints.restore(restart, tmp_path)
     assert int(other_step.numpy()) == (5 if after_commit else 4)
     expected = model.get_weights() if after_commit else committed
     assert _same(other.get_weights(), expected)
@@ -244,18 +244,16 @@ def test_partial_restore_must_be_asked_for(saved):
     assert _same(model.get_weights(), snapshots[4])
 
 
-def test_resume_starts_fresh_only_when_allowed(saved, tmp_path):
+def test_restore_from_an_empty_directory_says_how_to_start_fresh(saved, tmp_path):
     directory, snapshots = saved
     model, optimizer, step = _trained_objects(seed=2)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
-    messages = []
-    assert checkpoints.resume(checkpoint, tmp_path / "new", log=messages.append) is None
-    assert "starting from scratch" in messages[-1]
-    with pytest.raises(checkpoints.CheckpointNotFoundError, match="require=True"):
-        checkpoints.resume(checkpoint, tmp_path / "new", require=True)
-    path = checkpoints.resume(checkpoint, directory, require=True, log=messages.append)
+    (tmp_path / "new").mkdir()
+    assert checkpoints.latest_checkpoint(tmp_path / "new") is None
+    with pytest.raises(checkpoints.CheckpointNotFoundError, match="latest_checkpoint"):
+        checkpoints.restore(checkpoint, tmp_path / "new")
+    path = checkpoints.restore(checkpoint, directory)
     assert path.endswith("ckpt-4") and int(step.numpy()) == 4
-    assert messages[-1] == f"restored {path}"
 
 
 # ------------------------------------------------------------------ fit + BackupAndRestore
@@ -284,9 +282,9 @@ def _fit(backup, epochs, seed=0):
 
 
 def test_fit_backup_callbacks_validate_and_configure(tmp_path):
-    with pytest.raises(TypeError, match="steps_per_epoch"):
+    with pytest.raises(ValueError, match="steps_per_epoch must be a positive integer"):
         checkpoints.fit_backup_callbacks(tmp_path, 2.5)
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="steps_per_epoch must be a positive integer"):
         checkpoints.fit_backup_callbacks(tmp_path, 0)
     backup, check = checkpoints.fit_backup_callbacks(tmp_path, 3)
     assert isinstance(backup, keras.callbacks.BackupAndRestore)

@@ -22,16 +22,40 @@ def test_configure_selects_jax_and_simulates_devices_on_a_cpu():
     wanted = jax_port.configure(8, env=env, modules={}, dev="/nonexistent")
     assert env["KERAS_BACKEND"] == "jax" and wanted["KERAS_BACKEND"] == "jax"
     assert env["XLA_FLAGS"] == "--xla_cpu_foo=1 --xla_force_host_platform_device_count=8"
+    assert env["PJRT_NPROC"] == wanted["PJRT_NPROC"] == str(jax_port.thread_pool_size(8))
     # A re-run cell: Keras and JAX already imported with these settings is fine.
     assert jax_port.configure(8, env=env, modules={"keras": 1, "jax": 1}, dev="/nonexistent")
+
+
+def test_thread_pool_size_leaves_a_thread_beyond_two_per_device():
+    assert jax_port.thread_pool_size(8, cores=2) == 17  # jaxlib alone: max(2, 8) = 8
+    assert jax_port.thread_pool_size(1, cores=2) == 3
+    assert jax_port.thread_pool_size(8, cores=64) == 64  # never fewer than jaxlib's own
+    assert jax_port.thread_pool_size(8) >= 17
+    with pytest.raises(ValueError):
+        jax_port.thread_pool_size(0)
+
+
+def test_donation_is_safe_from_the_first_jaxlib_checked_right():
+    assert not jax_port.donation_is_safe("0.7.2")  # the kaggle and colab stacks
+    assert jax_port.donation_is_safe("0.10.2")  # the main stack
+    assert jax_port.donation_is_safe("1.0.0rc1")
+    assert not jax_port.donation_is_safe("0.9.0.dev20260101")
+
+
+def test_configure_keeps_a_pool_size_the_user_chose():
+    env = {"PJRT_NPROC": "32"}
+    assert "PJRT_NPROC" not in jax_port.configure(8, env=env, modules={}, dev="/nonexistent")
+    assert env["PJRT_NPROC"] == "32"
 
 
 def test_configure_leaves_devices_alone_with_one_device_or_an_accelerator(tmp_path):
     env = {}
     assert "XLA_FLAGS" not in jax_port.configure(1, env=env, modules={}, dev="/nonexistent")
-    assert "XLA_FLAGS" not in env
+    assert "XLA_FLAGS" not in env and "PJRT_NPROC" not in env
     tpu_env = {"ISTPUVM": "1"}
     assert "XLA_FLAGS" not in jax_port.configure(8, env=tpu_env, modules={}, dev=tmp_path)
+    assert "PJRT_NPROC" not in tpu_env
     (tmp_path / "nvidia0").touch()
     assert jax_port.accelerator_hints({}, tmp_path) == [str(tmp_path / "nvidia0")]
     assert "XLA_FLAGS" not in jax_port.configure(8, env={}, modules={}, dev=tmp_path)

@@ -178,3 +178,73 @@ def test_dropping_the_oldest_python_is_one_edit(tmp_path):
         [*tests, "tests/test_routes.py"], cwd=copy, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def _parameters(copy: Path) -> dict[str, str]:
+    """Each lesson's parameters cell, by file name."""
+    found = {}
+    for notebook in sorted((copy / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        cell = next(c for c in cells if "parameters" in c["metadata"].get("tags", []))
+        found[notebook.name] = "".join(cell["source"])
+    return found
+
+
+def _values(text: str, name: str) -> list[str]:
+    return re.findall(rf"^{name} = (\S+)", text, re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_giving_one_lesson_its_own_replica_count_is_one_manifest_edit(tmp_path):
+    copy = _copy(tmp_path)
+    before = _parameters(copy)
+    heading = "[notebooks.07_model_parallelism.smoke]\n"
+    own = "[notebooks.07_model_parallelism.settings]\nSIMULATED_REPLICAS = 4\n\n"
+    _edit_sync_lint(copy, "notebooks/manifest.toml", heading, own + heading)
+    after = _parameters(copy)
+    assert _values(after["07_model_parallelism.ipynb"], "SIMULATED_REPLICAS") == ["4"]
+    changed = [name for name in after if after[name] != before[name]]
+    assert changed == ["07_model_parallelism.ipynb"]  # the others keep the default
+    # A hand edit of a shared setting: lint names the manifest key to set, not "out of date".
+    path = copy / "notebooks" / "03_keras_compile_and_fit.ipynb"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('"PER_REPLICA_BATCH = 128 ', '"PER_REPLICA_BATCH = 96 ', 1))
+    check = [sys.executable, "tools/sync_notebooks.py", "--check"]
+    done = subprocess.run(check, cwd=copy, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "[notebooks.03_keras_compile_and_fit.settings]" in done.stdout
+    assert "[settings] PER_REPLICA_BATCH" in done.stdout and "Out of date" not in done.stdout
+
+
+@pytest.mark.slow
+def test_changing_the_training_lessons_per_replica_batch_is_one_manifest_edit(tmp_path):
+    copy = _copy(tmp_path)
+    before = _parameters(copy)
+    default = re.search(
+        r"^PER_REPLICA_BATCH = (\d+)", (copy / "notebooks/manifest.toml").read_text(), re.M
+    )
+    old = int(default.group(1))
+    new = old * 2
+    _edit_sync_lint(
+        copy,
+        "notebooks/manifest.toml",
+        f"PER_REPLICA_BATCH = {old}  #",
+        f"PER_REPLICA_BATCH = {new}  #",
+    )
+    after = _parameters(copy)
+    took_default = [n for n in before if _values(before[n], "PER_REPLICA_BATCH") == [str(old)]]
+    assert took_default, "no lesson uses the default per-replica batch"
+    for name, text in after.items():
+        expected = (
+            [str(new)] if name in took_default else _values(before[name], "PER_REPLICA_BATCH")
+        )
+        assert _values(text, "PER_REPLICA_BATCH") == expected, name
+    # The benchmark measures the lessons' workload from the same value.
+    code = "import sys; sys.path.insert(0, 'tools'); from bench import common; print(common.LESSON_PER_REPLICA)"
+    assert _python(copy, code).strip() == str(new)
+    stale = [
+        name
+        for name, text in _tracked_text(copy).items()
+        if name.startswith(("helpers/", "tools/")) and re.search(rf"PER_REPLICA\w* = {old}\b", text)
+    ]
+    assert stale == []

@@ -56,20 +56,21 @@ def test_to_photos_rejects_bad_input(images, size, message):
 # --- TFRecords --------------------------------------------------------------------------------
 
 
-def test_serialize_and_parse_one_example(photos):
+def test_a_written_example_parses_and_decodes(tmp_path, photos):
     images, labels = photos
-    record = pipelines.serialize_example(images[3], labels[3], 3)
-    features = pipelines.parse(tf.constant(record))
-    assert int(features[pipelines.INDEX_KEY]) == 3
+    (path,) = pipelines.write_tfrecords(images[3:4], labels[3:4], tmp_path, 1)
+    record = next(iter(tf.data.TFRecordDataset(path)))
+    features = pipelines.parse(record)
+    assert int(features[pipelines.INDEX_KEY]) == 0
     assert int(features[pipelines.LABEL_KEY]) == labels[3]
-    image, label = pipelines.decode(tf.constant(record))
+    image, label = pipelines.decode(record)
     np.testing.assert_array_equal(image.numpy(), images[3])
     assert label.dtype == tf.int32 and int(label) == labels[3]
 
 
-def test_serialize_rejects_float_images():
+def test_write_tfrecords_rejects_float_images(tmp_path):
     with pytest.raises(ValueError, match="uint8"):
-        pipelines.serialize_example(np.zeros((4, 4, 1), np.float32), 0, 0)
+        pipelines.write_tfrecords(np.zeros((1, 4, 4, 1), np.float32), np.zeros(1), tmp_path, 1)
 
 
 def test_write_tfrecords_names_and_splits_the_shards(tmp_path, photos):

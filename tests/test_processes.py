@@ -28,9 +28,18 @@ def test_a_log_level_the_user_chose_wins(monkeypatch):
     assert processes.child_env()[processes.LOG_LEVEL_VARIABLE] == "0"
 
 
-def test_no_tpu_hints_are_left():
-    env = {"ISTPUVM": "1", "TPU_WORKER_HOSTNAMES": "a,b", "HOME": "/root"}
-    assert processes.without_tpu_hints(env) == {"HOME": "/root"}
+def test_a_started_child_writes_its_log_and_stop_kills_and_reaps_it(tmp_path):
+    code = "import sys, time; print('ready', flush=True); print('oops', file=sys.stderr); time.sleep(60)"
+    proc = processes.start([sys.executable, "-c", code], tmp_path / "child.log", env=os.environ)
+    deadline = time.monotonic() + 30
+    while "oops" not in processes.log_tail(proc.log_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes.log_tail(proc.log_path).splitlines() == ["ready", "oops"]
+    assert proc.poll() is None
+    processes.stop([proc])
+    assert proc.returncode == -signal.SIGKILL
+    processes.stop([proc])  # a second stop, as in a finally after an error, changes nothing
+    assert processes.log_tail(tmp_path / "missing.log") == ""
 
 
 @pytest.mark.parametrize(

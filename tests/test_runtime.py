@@ -73,8 +73,10 @@ def test_tensorflow_tpu_support(monkeypatch, installed, usable, reason_part):
 
 
 def test_fix_commands_follow_the_route_for_this_python():
-    assert runtime.tpu_fix_commands("colab", "3.12") == ["pip install tensorflow-tpu==2.19.1"]
-    kaggle = runtime.tpu_fix_commands("kaggle", "3.12")
+    assert list(routes.choose_route("colab", "3.12").commands) == [
+        "pip install tensorflow-tpu==2.19.1"
+    ]
+    kaggle = routes.choose_route("kaggle", "3.12").commands
     assert kaggle[0].startswith("pip uninstall -y") and "tensorflow-cpu" in kaggle[0]
     assert kaggle[1] == "pip install tensorflow-tpu==2.19.1"
 
@@ -110,7 +112,7 @@ def test_kaggle_installs_the_fix_and_asks_for_a_restart(no_tpu_env, monkeypatch)
     monkeypatch.setattr(runtime, "_pip", ran.append)
     with pytest.raises(runtime.RestartRequired, match="Restart & clear"):
         runtime.ensure_tensorflow()
-    assert ran == runtime.tpu_fix_commands("kaggle")
+    assert ran == list(routes.choose_route("kaggle").commands)
 
 
 def test_install_can_be_refused_on_kaggle(no_tpu_env, monkeypatch):

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import manifest as M  # noqa: E402
 import notebook_files  # noqa: E402
+import provenance  # noqa: E402
 import sync_notebooks as sync  # noqa: E402
 
 CFG = notebook_files.settings()
@@ -349,3 +350,64 @@ def test_the_setup_text_stays_short_in_every_lesson():
         )  # fmt: skip
         assert sync.word_count(text) <= sync.SETUP_WORDS, path.name
     assert sync.word_count("[How it works](https://x.y/z) <!-- a comment -->") == 3
+
+
+# --- "Taught in notebook NN.": generated from the lessons' code cells ---------------------------
+
+
+def _lesson(root: Path, name: str, *cells: str) -> None:
+    notebook = {"cells": [{"cell_type": "code", "source": text} for text in cells]}
+    (root / "notebooks").mkdir(exist_ok=True)
+    (root / "notebooks" / name).write_text(json.dumps(notebook), encoding="utf-8")
+
+
+def test_taught_in_lines_follow_the_lessons_code_cells(tmp_path):
+    H = "helpers"  # a planted module of a planted package: the reference check reads this file
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "__init__.py").write_text('"""Package."""\n')
+    (tmp_path / "helpers" / "tools.py").write_text(
+        '"""Module."""\n\n\n'
+        'def used():\n    """Used by two lessons."""\n\n\n'
+        'def imported():\n    """Imported by name.\n\n    More words.\n    """\n\n\n'
+        'def claimed():\n    """Used by no lesson.\n\n    Taught in notebook 03.\n    """\n\n\n'
+        "class _Private:\n    pass\n"
+    )
+    _lesson(tmp_path, "03_a.ipynb", f"from {H} import tools\n%time tools.used()")
+    _lesson(tmp_path, "05_b.ipynb", f"import {H}.tools as t", "t.used()\n!ls")
+    _lesson(tmp_path, "07_c.ipynb", f"from {H}.tools import imported\nimported()")
+    _lesson(tmp_path, "08_d.ipynb", "used = 1  # the same word, not the helper")
+    assert provenance.uses(tmp_path) == {
+        (f"{H}.tools", "used"): ["03", "05"],
+        (f"{H}.tools", "imported"): ["07"],
+    }
+    ((file, text),) = provenance.stale_lines(tmp_path).items()
+    assert file == str(Path("helpers", "tools.py"))
+    assert '"""Used by two lessons.\n\n    Taught in notebooks 03, 05.\n    """' in text
+    assert '"""Imported by name.\n\n    More words.\n    Taught in notebook 07.\n    """' in text
+    assert '"""Used by no lesson."""' in text  # the claim the lessons do not bear out is gone
+    (tmp_path / file).write_text(text)
+    assert provenance.stale_lines(tmp_path) == {}  # a fixed point: sync twice changes nothing
+    # Prose that says it by hand is refused: only the generated line may.
+    hand = text.replace("More words.", "Taught in notebook 07; more.")
+    (tmp_path / file).write_text(hand)
+    number = hand.splitlines().index("    Taught in notebook 07; more.") + 1
+    found = provenance.hand_written(tmp_path)
+    assert [p.split(": ", 1)[0] for p in found] == [f"{file}:{number}"]
+
+
+def test_a_wrong_taught_in_line_planted_in_helpers_is_stale():
+    path = ROOT / "helpers" / "fitting.py"
+    text = path.read_text(encoding="utf-8")
+    line = provenance.docstring_lines(
+        provenance.uses()[("helpers.fitting", "scaled_learning_rate")]
+    )
+    assert line and line.startswith("Taught in notebook") and line in text
+    planted = text.replace(line, "Taught in notebook 01.", 1)
+    assert planted != text
+    found = provenance.uses()
+    copy = Path(str(path) + ".planted")
+    try:
+        copy.write_text(planted, encoding="utf-8")
+        assert provenance.sync_file(copy, "helpers.fitting", found) == text
+    finally:
+        copy.unlink()

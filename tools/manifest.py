@@ -11,6 +11,11 @@ One ``[notebooks.NN_name]`` entry per notebook:
   sub-folder a headless run gives them (notebook 11's profiles);
 - ``[notebooks.NN_name.smoke]`` (optional): the parameter values of the small, quick version that
   ``make smoke`` and ``make test`` run, passed to the notebook as papermill parameters;
+- ``[notebooks.NN_name.settings]`` (optional): the lesson's own values of the shared settings
+  (:data:`SHARED_SETTINGS`), which ``make sync`` writes into its parameters cell. A shared setting
+  the lesson does not set there takes its default: ``[settings]`` at the top of the manifest, and
+  for ``SIMULATED_REPLICAS`` ``helpers.strategy.SIMULATED_REPLICAS`` (the stacks and the README
+  follow that one);
 - ``parameters``, ``setup``, ``hardware`` (optional): a sentence on its own parameters; the setup
   cell's variant; the runtime its badges ask Colab and Kaggle for ("tpu", the default);
 - ``nbval = true`` (optional): ``make test`` also runs the stored notebook, as it is, under
@@ -22,12 +27,17 @@ One ``[notebooks.NN_name]`` entry per notebook:
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
-from notebook_files import NOTEBOOKS, read, source, tomllib
+from notebook_files import NOTEBOOKS, ROOT, read, source, tomllib
 
 __all__ = [
     "MANIFEST",
+    "SHARED_SETTINGS",
+    "defaults",
+    "lesson_settings",
+    "setting_home",
     "adopt",
     "adopt_missing",
     "entry_for",
@@ -39,7 +49,9 @@ __all__ = [
 
 MANIFEST = NOTEBOOKS / "manifest.toml"
 REQUIRED = ("title", "promise", "need", "headline")
-OPTIONAL = ("parameters", "setup", "kept_files", "smoke", "hardware", "nbval")
+OPTIONAL = ("parameters", "setup", "kept_files", "smoke", "settings", "hardware", "nbval")
+# Settings many lessons share, each with one default; a lesson's own value is in its entry.
+SHARED_SETTINGS = ("SIMULATED_REPLICAS", "PER_REPLICA_BATCH", "DATASET")
 SETUP_VARIANTS = ("tensorflow", "helpers-only", "jax")
 PARAMETER_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -74,7 +86,42 @@ def entry_for(manifest: dict, name: str) -> dict:
         bad = [key for key in entry.get(table, {}) if not PARAMETER_NAME.match(key)]
         if bad:
             raise SystemExit(f"{where}.{table}: {bad} are not parameter names (UPPER_CASE)")
+    unknown = sorted(set(entry.get("settings", {})) - set(SHARED_SETTINGS))
+    if unknown:
+        raise SystemExit(f"{where}.settings: {unknown} are not shared settings {SHARED_SETTINGS}")
     return entry
+
+
+def defaults(path: Path = MANIFEST) -> dict:
+    """The default of each shared setting, from its one home."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from helpers.strategy import SIMULATED_REPLICAS
+
+    with open(path, "rb") as f:
+        table = tomllib.load(f).get("settings", {})
+    if unknown := sorted(set(table) - set(SHARED_SETTINGS) - {"SIMULATED_REPLICAS"}):
+        raise SystemExit(f"notebooks/manifest.toml, [settings]: {unknown} are not shared settings")
+    if "SIMULATED_REPLICAS" in table:
+        raise SystemExit(
+            "notebooks/manifest.toml, [settings]: SIMULATED_REPLICAS's default is "
+            "helpers.strategy.SIMULATED_REPLICAS (the stacks and the README follow it)"
+        )
+    return {"SIMULATED_REPLICAS": SIMULATED_REPLICAS, **table}
+
+
+def lesson_settings(entry: dict, default: dict | None = None) -> dict:
+    """Each shared setting's value for the lesson of ``entry``: its own, else the default."""
+    return {**(defaults() if default is None else default), **entry.get("settings", {})}
+
+
+def setting_home(stem: str, name: str, entry: dict) -> str:
+    """Where the value a lesson gets for shared setting ``name`` is written, in words."""
+    if name in entry.get("settings", {}):
+        return f"notebooks/manifest.toml, [notebooks.{stem}.settings] {name}"
+    if name == "SIMULATED_REPLICAS":
+        return "the default, helpers.strategy.SIMULATED_REPLICAS"
+    return f"the default, [settings] {name} in notebooks/manifest.toml"
 
 
 def headlines(entry: dict) -> tuple[str, ...]:

@@ -47,6 +47,7 @@ def train_worker(
     The same code runs on every worker. ``TF_CONFIG`` tells each one who it is; the strategy
     connects them, gives every worker its own input pipeline, and all-reduces the gradients so
     all workers apply the same update.
+    Taught in notebook 09.
     """
     started = time.monotonic()
     import keras

@@ -133,7 +133,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from helpers._arguments import positive_int as _positive_int
 from helpers.fitting import steps_per_execution_for
+from helpers.fitting import strategy_kind as _strategy_kind
 from helpers.readiness._inputs import check_dataset
 from helpers.readiness._model import check_model
 from helpers.readiness._pipeline import check_pipeline
@@ -185,7 +187,8 @@ def check(
             read (``report.skipped`` says so): e.g. ``batch_size`` of ``fit(x, y, batch_size=)``
             when you check a dataset built some other way. It must agree with what it can read.
 
-    Returns a :class:`Report`. Taught in notebook 10; every notebook checks its own pipeline.
+    Returns a :class:`Report`.
+    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 08, 09, 10, 11.
     """
     import tensorflow as tf
 
@@ -242,12 +245,6 @@ def _is_keras_layer(obj) -> bool:
     return isinstance(obj, keras.layers.Layer)
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def _replica_count(strategy, strategy_given: bool, replicas, input_context) -> int:
     """The replica count, from whichever of strategy, input context and ``replicas`` was given."""
     said = []
@@ -296,16 +293,6 @@ def _on_cpu_devices(strategy) -> bool:
     """True for a strategy whose replicas are all CPU devices: the simulated TPU, not GPUs."""
     devices = list(getattr(strategy.extended, "worker_devices", ()))
     return bool(devices) and all("CPU" in d.rpartition("/device:")[2].upper() for d in devices)
-
-
-def _strategy_kind(strategy) -> str:
-    import tensorflow as tf
-
-    if "TPUStrategy" in type(strategy).__name__:
-        return "tpu"
-    if isinstance(strategy, tf.distribute.MirroredStrategy):
-        return "mirrored"
-    return "other"
 
 
 def _check_steps_per_execution(spe: int, strategy, replicas: int, report: Report) -> None:

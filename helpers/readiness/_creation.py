@@ -225,7 +225,8 @@ def stop_at_creation(created: list):
     """Inside a traced function: append a :class:`Creation` for every variable the step would
     create, go on past optimizer slots and variables made in the step with stand-ins, and stop
     (raise) where a layer or metric would build itself. On leaving, every object that may hold a
-    stand-in gets its attributes back."""
+    stand-in gets its attributes back.
+    """
     import tensorflow as tf
 
     saved: dict[int, tuple] = {}
@@ -261,7 +262,8 @@ def stop_at_creation(created: list):
 
 def distinct(creations: list) -> list:
     """One :class:`Creation` per owner and line (an optimizer makes many slots, a loop many
-    variables): what a report names."""
+    variables): what a report names.
+    """
     seen, found = set(), []
     for creation in creations:
         key = (

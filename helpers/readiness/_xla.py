@@ -229,7 +229,7 @@ def soft_placement_when_traced() -> bool:
     """What ``tf.config.get_soft_device_placement()`` says while a function is traced.
 
     TPUStrategy reads it at that moment (see ``NO_KERNEL_SOURCES``); eagerly it reads True by
-    default, inside a trace False unless the user set it. Taught in notebook 10.
+    default, inside a trace False unless the user set it.
     """
     import tensorflow as tf
 

@@ -20,7 +20,6 @@ to 08), ``speed`` (throughput and rates, 03, 05, 06), ``report`` (Markdown and J
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -59,21 +58,6 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         speed.keras_recipes,
     ),
 )
-
-
-def default_checks() -> list[Check]:
-    """A new list of :data:`DEFAULT_CHECKS`, to change. Taught in notebook 00."""
-    return list(DEFAULT_CHECKS)
-
-
-def replace_check(plan: Sequence[Check], key: str, fn: Callable[[Context], Outcome]) -> list[Check]:
-    """``plan`` with the function of check ``key`` replaced, e.g. to plant a failure in a test.
-
-    Taught in notebook 00.
-    """
-    if key not in {c.key for c in plan}:
-        raise KeyError(f"no check {key!r}; the checks are {[c.key for c in plan]}")
-    return [dataclasses.replace(c, fn=fn) if c.key == key else c for c in plan]
 
 
 def run(
@@ -125,7 +109,5 @@ __all__ = [
     "Context",
     "Outcome",
     "Report",
-    "default_checks",
-    "replace_check",
     "run",
 ]

@@ -44,10 +44,7 @@ HARD_LIMIT_GRACE = 30.0
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a check found: a status, a one-line summary and its evidence (numbers, names).
-
-    Taught in notebook 00.
-    """
+    """What a check found: a status, a one-line summary and its evidence (numbers, names)."""
 
     status: str
     summary: str
@@ -62,7 +59,8 @@ class Outcome:
 def judged(problems: list[str], success: str, evidence: dict, notes=()) -> Outcome:
     """The outcome of a check from what its judge found: ``fail`` with every problem (each
     written from the evidence), or ``pass`` with the success sentence; never a success
-    sentence under a failed status. Taught in notebook 00."""
+    sentence under a failed status.
+    """
     if problems:
         return Outcome("fail", "; ".join(problems), evidence, tuple(notes))
     return Outcome("pass", success, evidence, tuple(notes))
@@ -70,10 +68,7 @@ def judged(problems: list[str], success: str, evidence: dict, notes=()) -> Outco
 
 @dataclass(frozen=True)
 class Check:
-    """One check of the self-test: its key, title, the notebook that teaches it, its budget.
-
-    Taught in notebook 00.
-    """
+    """One check of the self-test: its key, title, the notebook that teaches it, its budget."""
 
     key: str
     title: str
@@ -84,10 +79,7 @@ class Check:
 
 @dataclass
 class CheckResult:
-    """A check after it ran: its outcome, or the error that failed it, and how long it took.
-
-    Taught in notebook 00.
-    """
+    """A check after it ran: its outcome, or the error that failed it, and how long it took."""
 
     key: str
     title: str
@@ -116,18 +108,12 @@ class CheckResult:
 
 
 class NoStrategy(RuntimeError):
-    """A check needs the strategy, and the connect check did not produce one.
-
-    Taught in notebook 00.
-    """
+    """A check needs the strategy, and the connect check did not produce one."""
 
 
 @dataclass
 class Context:
-    """What the checks share: the mode, the strategy once connected, a scratch folder.
-
-    Taught in notebook 00.
-    """
+    """What the checks share: the mode, the strategy once connected, a scratch folder."""
 
     smoke: bool = False
     simulated_replicas: int = SIMULATED_REPLICAS
@@ -161,10 +147,7 @@ class Context:
 
 
 def describe_error(err: BaseException, limit: int = 600) -> str:
-    """``Type: message`` (cut to ``limit`` characters) and where in the code it was raised.
-
-    Taught in notebook 00.
-    """
+    """``Type: message`` (cut to ``limit`` characters) and where in the code it was raised."""
     text = str(err).strip()
     if len(text) > limit:
         text = text[:limit] + " ..."
@@ -178,7 +161,7 @@ def describe_error(err: BaseException, limit: int = 600) -> str:
 
 
 def hard_limit(budget: float) -> float:
-    """Seconds after which a check of ``budget`` seconds is abandoned. Taught in notebook 00."""
+    """Seconds after which a check of ``budget`` seconds is abandoned."""
     return HARD_LIMIT_FACTOR * budget + HARD_LIMIT_GRACE
 
 
@@ -187,7 +170,7 @@ def run_check(check: Check, context: Context) -> CheckResult:
 
     An exception becomes a failed check with the error as its evidence. A check still running
     at :func:`hard_limit` of its budget is reported as failed and abandoned (Python cannot stop
-    a thread, so its work may go on in the background; the report says so). Taught in notebook 00.
+    a thread, so its work may go on in the background; the report says so).
     """
     budget = check.budget[0] if context.smoke else check.budget[1]
     box: dict = {}

@@ -47,7 +47,6 @@ __all__ = [
 
 # On a TPU, XLA's default precision multiplies float32 matrices in bfloat16 passes, so float32
 # results there agree with a CPU's only to about bfloat16 precision (unverified on hardware).
-# Taught in notebook 00.
 TPU_FLOAT32_RTOL = 2e-2
 TPU_FLOAT32_NOTE = (
     "tolerance widened on the TPU: XLA multiplies float32 matrices in bfloat16 passes by "
@@ -91,7 +90,7 @@ def connect(context: Context) -> Outcome:
 
 
 def judge_connect(evidence: dict) -> Outcome:
-    """Status and summary of :func:`connect` from its evidence. Taught in notebook 00."""
+    """Status and summary of :func:`connect` from its evidence."""
     kind, replicas, hints = evidence["strategy"], evidence["replicas"], evidence["tpu_hints"]
     problems = []
     if hints and kind != "TPU":
@@ -106,7 +105,8 @@ def variables(context: Context, *, scope=None) -> Outcome:
     """A variable made in ``strategy.scope()`` has one copy per replica, each on its own device,
     and ``strategy.run`` reaches every replica (notebook 02). ``scope`` replaces
     ``strategy.scope``, e.g. ``contextlib.nullcontext`` to make the variable outside it.
-    Run by the self-test of notebook 00."""
+    Run by the self-test of notebook 00.
+    """
     import tensorflow as tf
 
     strategy = context.need_strategy()
@@ -133,7 +133,7 @@ def variables(context: Context, *, scope=None) -> Outcome:
 
 
 def judge_variables(evidence: dict) -> Outcome:
-    """Status and summary of :func:`variables` from its evidence. Taught in notebook 00."""
+    """Status and summary of :func:`variables` from its evidence."""
     local, copies = evidence["local_devices"], evidence["copies"]
     devices, ids = evidence["distinct_devices"], evidence["replica_ids_seen"]
     problems = []
@@ -160,7 +160,8 @@ def fit(context: Context, *, loss=None) -> Outcome:
     """A few ``fit`` steps on every replica: a finite, falling loss, and the loss ``evaluate``
     reports equals a one-device NumPy evaluation of the same weights (notebook 03). ``loss``
     replaces the compiled loss (default: cross-entropy on logits, averaged).
-    Run by the self-test of notebook 00."""
+    Run by the self-test of notebook 00.
+    """
     import keras
 
     strategy = context.need_strategy()
@@ -206,7 +207,7 @@ def fit(context: Context, *, loss=None) -> Outcome:
 
 
 def judge_fit(evidence: dict, notes=()) -> Outcome:
-    """Status and summary of :func:`fit` from its evidence. Taught in notebook 00."""
+    """Status and summary of :func:`fit` from its evidence."""
     losses, gap, rtol = (
         evidence["running_mean_losses"],
         evidence["loss_gap"],
@@ -236,7 +237,8 @@ def judge_fit(evidence: dict, notes=()) -> Outcome:
 def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
     """A custom ``strategy.run`` loop on every replica ends with the same weights as the same
     loop on one replica (notebook 04). ``make_steps`` replaces the loop under test.
-    Run by the self-test of notebook 00."""
+    Run by the self-test of notebook 00.
+    """
     strategy = context.need_strategy()
     replicas = context.replicas
     if replicas == 1:
@@ -272,7 +274,8 @@ def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
 
 def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
     """Status and summary of :func:`replica_equivalence` from its evidence. Taught in
-    notebook 00."""
+    notebook 00.
+    """
     diff, tol = evidence["max_weight_difference"], evidence["tolerance"]
     runs = (
         f"{evidence['replicas']} replicas and {evidence['reference_replicas']} after "
@@ -291,7 +294,8 @@ def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
 def bfloat16_matmul(context: Context, *, dtype=None) -> Outcome:
     """A matmul in bfloat16 on a replica gives bfloat16, as accurate as bfloat16 can be
     (notebook 05): relative error within bfloat16's epsilon, measured against float64.
-    ``dtype`` replaces the bfloat16 the inputs are cast to. Run by the self-test of notebook 00."""
+    ``dtype`` replaces the bfloat16 the inputs are cast to. Run by the self-test of notebook 00.
+    """
     import tensorflow as tf
 
     strategy = context.need_strategy()
@@ -328,7 +332,7 @@ def bfloat16_matmul(context: Context, *, dtype=None) -> Outcome:
 
 
 def judge_bfloat16(evidence: dict) -> Outcome:
-    """Status and summary of :func:`bfloat16_matmul` from its evidence. Taught in notebook 00."""
+    """Status and summary of :func:`bfloat16_matmul` from its evidence."""
     dtype, low = evidence["output_dtype"], evidence["bfloat16_relative_error"]
     epsilon, high = evidence["bfloat16_epsilon"], evidence["float32_relative_error"]
     problems = []
@@ -355,7 +359,8 @@ def uint8_input(context: Context, *, dtype=None) -> Outcome:
     supported on TPU. You can cast to uint32" (tensorflow/tensorflow#37426); XLA has supported u8
     on TPU since August 2020 (jax-ml/jax#4011). Whether TPUStrategy takes uint8 today is
     unverified on hardware: a report from a TPU answers it; the fallback is to cast on the host.
-    ``dtype`` replaces the uint8 fed to the step. Run by the self-test of notebook 00."""
+    ``dtype`` replaces the uint8 fed to the step. Run by the self-test of notebook 00.
+    """
     import keras
 
     strategy = context.need_strategy()
@@ -388,7 +393,7 @@ def uint8_input(context: Context, *, dtype=None) -> Outcome:
 
 
 def judge_uint8_input(evidence: dict) -> Outcome:
-    """Status and summary of :func:`uint8_input` from its evidence. Taught in notebook 00."""
+    """Status and summary of :func:`uint8_input` from its evidence."""
     fed, taken, loss = evidence["fed_dtype"], evidence["model_input_dtype"], evidence["loss"]
     problems = []
     if fed != "uint8" or taken != "uint8":
@@ -408,7 +413,8 @@ def judge_uint8_input(evidence: dict) -> Outcome:
 def checkpoint(context: Context, *, restore=None) -> Outcome:
     """Save a model that lives on the strategy, restore it into a model built with no strategy
     on one device: the same weights and the same outputs (notebook 08). ``restore`` replaces
-    ``helpers.checkpoints.restore`` (same arguments). Run by the self-test of notebook 00."""
+    ``helpers.checkpoints.restore`` (same arguments). Run by the self-test of notebook 00.
+    """
     import keras
     import tensorflow as tf
 
@@ -451,7 +457,7 @@ def checkpoint(context: Context, *, restore=None) -> Outcome:
 
 
 def judge_checkpoint(evidence: dict, notes=()) -> Outcome:
-    """Status and summary of :func:`checkpoint` from its evidence. Taught in notebook 00."""
+    """Status and summary of :func:`checkpoint` from its evidence."""
     before = evidence["weights_before_restore_max_difference"]
     after = evidence["weights_after_restore_max_difference"]
     gap, rtol = evidence["output_relative_difference"], evidence["output_tolerance"]

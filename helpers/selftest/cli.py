@@ -38,7 +38,7 @@ RESTARTED_ENV = "TPU_FIELD_GUIDE_SELF_TEST_RESTARTED"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    """The command's arguments. Taught in notebook 00."""
+    """The command's arguments."""
     parser = argparse.ArgumentParser(
         prog="python -m helpers.selftest", description="TPU self-test with a shareable report."
     )
@@ -61,10 +61,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def restart(argv: list[str]) -> None:
-    """Replace this process by a fresh ``python -m helpers.selftest`` with the same arguments.
-
-    Taught in notebook 00.
-    """
+    """Replace this process by a fresh ``python -m helpers.selftest`` with the same arguments."""
     os.environ[RESTARTED_ENV] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
@@ -75,7 +72,6 @@ def prepare(install: bool | None, argv: list[str]) -> str | None:
     """Make sure this TensorFlow fits the hardware; return why the self-test cannot run, or None.
 
     May install the TPU build and restart the process (see the module docstring).
-    Taught in notebook 00.
     """
     restarted = os.environ.get(RESTARTED_ENV) == "1"
     try:
@@ -101,10 +97,7 @@ def prepare(install: bool | None, argv: list[str]) -> str | None:
 
 
 def setup_failure(problem: str, smoke: bool, command: str):
-    """A report that says why the checks could not run, with the environment around it.
-
-    Taught in notebook 00.
-    """
+    """A report that says why the checks could not run, with the environment around it."""
     first = selftest.DEFAULT_CHECKS[0]
     result = CheckResult(
         key=first.key,
@@ -130,10 +123,7 @@ def setup_failure(problem: str, smoke: bool, command: str):
 
 
 def main(argv: list[str] | None = None, plan=None) -> int:
-    """Run the self-test; ``plan`` replaces its checks (tests plant failures with it).
-
-    Taught in notebook 00.
-    """
+    """Run the self-test; ``plan`` replaces its checks (tests plant failures with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
     command = " ".join(["python -m helpers.selftest", *argv])

@@ -48,10 +48,7 @@ LABELS = {
 
 
 def host_cpu() -> str:
-    """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows.
-
-    Taught in notebook 00.
-    """
+    """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -76,7 +73,7 @@ def _tensorflow_device_kind() -> str | None:
 
 
 def accelerator(kind: str, replicas: int | None, env=None) -> tuple[str, str]:
-    """``(accelerator type, where that came from)`` for the report. Taught in notebook 00."""
+    """``(accelerator type, where that came from)`` for the report."""
     env = os.environ if env is None else env
     if env.get("TPU_ACCELERATOR_TYPE"):
         return env["TPU_ACCELERATOR_TYPE"], "environment variable TPU_ACCELERATOR_TYPE"
@@ -102,7 +99,8 @@ def accelerator(kind: str, replicas: int | None, env=None) -> tuple[str, str]:
 
 def tpu_generation(kind: str, replicas: int | None = None):
     """The :class:`~helpers.tpu_facts.Generation` of this TPU, or None (no TPU, or a
-    type the table does not know). Taught in notebook 00."""
+    type the table does not know).
+    """
     if kind != "TPU" and not runtime.tpu_hints():
         return None
     return generation_of(accelerator(kind, replicas)[0])
@@ -121,10 +119,7 @@ def _install_routes() -> tuple[str, str]:
 
 
 def collect(strategy=None, kind: str = "", errors: list[str] = ()) -> dict:
-    """The environment section as a plain dict (JSON-ready); see :data:`LABELS` for the keys.
-
-    Taught in notebook 00.
-    """
+    """The environment section as a plain dict (JSON-ready); see :data:`LABELS` for the keys."""
     dist = versions.tensorflow_distribution()
     replicas = strategy.num_replicas_in_sync if strategy is not None else None
     accelerator_type, source = accelerator(kind, replicas)

@@ -33,10 +33,7 @@ ISSUE_TEMPLATE = "TPU self-test report"
 
 
 def plain(value):
-    """numpy and TensorFlow values -> JSON-ready Python (floats rounded to 6 significant digits).
-
-    Taught in notebook 00.
-    """
+    """numpy and TensorFlow values -> JSON-ready Python (floats rounded to 6 significant digits)."""
     if hasattr(value, "numpy"):
         value = value.numpy()
     if hasattr(value, "tolist"):
@@ -78,10 +75,7 @@ def _cell(value) -> str:
 
 @dataclass
 class Report:
-    """What :func:`helpers.selftest.run` found; ``markdown()``, ``to_json()``, ``write(folder)``.
-
-    Taught in notebook 00.
-    """
+    """What :func:`helpers.selftest.run` found; ``markdown()``, ``to_json()``, ``write(folder)``."""
 
     environment: dict
     checks: list[CheckResult]
@@ -217,7 +211,7 @@ class Report:
 
 
 def standard_notes(on_tpu: bool) -> list[str]:
-    """The "About this report" lines every report carries. Taught in notebook 00."""
+    """The "About this report" lines every report carries."""
     notes = [
         "Statuses: pass and fail have a criterion on this hardware; info is measured with no "
         "criterion here (e.g. a TPU's peak rate on a CPU).",

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 UNVERIFIED = "unverified on hardware"
-# The speed checks' lines, unverified on hardware. Taught in notebook 00.
+# The speed checks' lines, unverified on hardware.
 PEAK_FRACTION_TO_PASS = 0.25  # a large bf16 matmul below a quarter of peak means something is off
 RECIPE_SPEEDUP_TARGET = 2.0  # what the collection's recipe should gain over the classic on a TPU
 CLASSIC_SHUFFLE = 60_000  # the classic MNIST tutorial's shuffle buffer: the whole training set
@@ -46,7 +46,8 @@ def input_pipeline(context: Context, *, build=None) -> Outcome:
     """The collection's TFRecord pipeline (notebook 06, "vectorised" stage) against the
     tutorial version ("naive"): examples per second, CPU work per example, static batches.
     ``build`` replaces ``helpers.pipelines.build_pipeline`` (same arguments).
-    Run by the self-test of notebook 00."""
+    Run by the self-test of notebook 00.
+    """
     images = context.images()
     count = context.size(512, len(images.x_train))
     batch = context.size(64, 128)
@@ -80,7 +81,7 @@ def input_pipeline(context: Context, *, build=None) -> Outcome:
 
 
 def judge_input_pipeline(evidence: dict) -> Outcome:
-    """Status and summary of :func:`input_pipeline` from its evidence. Taught in notebook 00."""
+    """Status and summary of :func:`input_pipeline` from its evidence."""
     shape, batch = evidence["batch_shape"], evidence["batch_size"]
     saving, speedup = evidence["cpu_work_saving"], evidence["speedup"]
     shown = "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")"
@@ -107,7 +108,8 @@ def judge_input_pipeline(evidence: dict) -> Outcome:
 def matmul_rate(context: Context) -> Outcome:
     """Chained square matmuls on every replica, in TFLOP/s: bfloat16 on a TPU, compared with the
     generation's published peak per chip; float32 elsewhere, for information.
-    Run by the self-test of notebook 00."""
+    Run by the self-test of notebook 00.
+    """
     import tensorflow as tf
 
     strategy = context.need_strategy()
@@ -163,7 +165,8 @@ def matmul_rate(context: Context) -> Outcome:
 
 def judge_matmul_rate(evidence: dict) -> Outcome:
     """Status and summary of :func:`matmul_rate` on a TPU of known generation, from its
-    evidence. Taught in notebook 00."""
+    evidence.
+    """
     fraction, per_chip = evidence["fraction_of_peak"], evidence["tflops_per_chip"]
     rate = (
         f"{per_chip:.1f} TFLOP/s per chip = {fraction:.0%} of the {evidence['tpu_generation']}'s "
@@ -184,7 +187,7 @@ def _against_target(evidence: dict, measured: str, met: bool, words, note: str) 
 def mnist_shaped(images, count: int):
     """``count`` real digits (a ``data.Images``) enlarged to MNIST's 28x28 uint8 pixels, the set
     repeated to reach ``count``, and their labels: the classic recipe's data, offline.
-    Taught in notebook 00."""
+    """
     pixels = pipelines.to_photos(images.x_train, 28)
     order = np.resize(np.arange(len(pixels)), count)
     return pixels[order], images.y_train[order]
@@ -194,7 +197,9 @@ def recipes(replicas: int, pixels: np.ndarray, labels: np.ndarray, spe: int) -> 
     """The stages from the classic Keras recipe to the collection's, each a dict with ``name``,
     ``change`` (over the stage before), ``input_dtype``, ``steps_per_execution`` and its
     ``dataset``; the first is the classic recipe, the last the collection's. Taught in 03 and
-    06; notebook 00 runs the readiness check on the last one. Taught in notebook 00."""
+    06; notebook 00 runs the readiness check on the last one.
+    Taught in notebook 00.
+    """
     import tensorflow as tf
 
     global_batch = PER_REPLICA_BATCH * replicas
@@ -265,7 +270,8 @@ def recipe_model(recipe: dict, strategy, image_shape=(28, 28, 1)):
 def time_recipes(strategy, stages: list[dict], steps: int, epochs: int) -> dict:
     """``fitting.time_fit`` of each recipe stage (see :func:`recipes`) on ``strategy``: a
     ``FitTiming`` per stage name, the same model and data for each. One implementation for the
-    self-test and the benchmark (``tools/bench``). Taught in notebook 00."""
+    self-test and the benchmark (``tools/bench``).
+    """
     return {
         stage["name"]: fitting.time_fit(
             recipe_model(stage, strategy), stage["dataset"], steps, epochs=epochs
@@ -277,7 +283,8 @@ def time_recipes(strategy, stages: list[dict], steps: int, epochs: int) -> dict:
 def keras_recipes(context: Context) -> Outcome:
     """The classic Keras recipe against the collection's (notebooks 03 and 06), in examples per
     second of ``fit`` on the same model; in full mode each change's share too.
-    Run by the self-test of notebook 00."""
+    Run by the self-test of notebook 00.
+    """
     strategy = context.need_strategy()
     replicas = context.replicas
     global_batch = PER_REPLICA_BATCH * replicas
@@ -325,7 +332,8 @@ def keras_recipes(context: Context) -> Outcome:
 
 def judge_recipes(evidence: dict) -> Outcome:
     """Status and summary of :func:`keras_recipes` on a TPU, from its evidence. Taught in
-    notebook 00."""
+    notebook 00.
+    """
     rates, ratio = evidence["examples_per_second"], evidence["speedup"]
     names = list(rates)
     measured = (

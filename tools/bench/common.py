@@ -7,6 +7,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+import manifest  # tools/manifest.py: each lesson's settings
+
 __all__ = [
     "comparison_fields",
     "convert",
@@ -24,7 +26,10 @@ __all__ = [
     "tiny_loop",
 ]
 
-LESSON_PER_REPLICA = 128  # the notebooks' workload: 128 per replica, global batch 1,024 on 8
+# The lessons' workload: the per-replica batch notebook 03 trains with, read from the manifest
+# (make sync writes the same value into its parameters cell).
+LESSON = "03_keras_compile_and_fit"
+LESSON_PER_REPLICA = manifest.lesson_settings(manifest.load()[LESSON])["PER_REPLICA_BATCH"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,7 @@ class Settings:
     global_batch: int = 256  # the tiny workload's training batch, split over the replicas
     steps_per_call: int = 50  # steps per tf.function call (custom loop) and per fit execution
     fit_steps: int = 200  # steps in each timed fit() epoch
-    lesson_steps: int = 32  # steps per timed repetition at the lessons' workload (batch 1,024)
+    lesson_steps: int = 32  # steps per timed repetition at the lessons' workload
     recipe_examples: int = 60_000  # MNIST-shaped examples for the recipes (the classic's 60,000)
     recipe_steps: int = 64  # steps per timed fit epoch of each recipe: whole calls of 32 steps
     bf16_hidden: int = 1024  # hidden width of the mixed-precision model: big enough to compute

@@ -1,5 +1,5 @@
 """The simulated TPU's overhead: 8 replicas on this CPU against one device, side by side in one
-process, at the lessons' own workload (global batch 1,024, 128 per replica: notebooks 03 and 04)
+process, at the lessons' own workload (notebook 03's per-replica batch, from the manifest)
 and at the tiny workload the other rows use (the 8x8 digits at global batch 256)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ teaches it.
 
 from __future__ import annotations
 
-from bench.common import row
+from bench.common import LESSON_PER_REPLICA, row
 from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = [
@@ -186,7 +186,8 @@ def markdown(report: dict) -> str:
 
 NOTES = {
     "overhead_loop": (
-        "the lessons' own workload (notebooks 03 and 04: 128 per replica, global batch 1,024). "
+        f"the lessons' own workload (notebook 03: {LESSON_PER_REPLICA} per replica, global batch "
+        f"{LESSON_PER_REPLICA * R:,}). "
         "Both sides run in the same process, alternating: the one device is the first CPU device "
         "(`helpers.loops.reference_strategy`, notebook 04), which uses all the CPU's threads. "
         "The target (at most 1.5x) is for this simulation; on a TPU each replica has its own "
