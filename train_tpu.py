@@ -190,8 +190,8 @@ def parse_batch(serialized, cast_on_host=False):
             "label": tf.io.FixedLenFeature([], tf.int64),
         },
     )
-    images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (-1, *IMAGE_SHAPE))
-    images = tf.ensure_shape(images, (serialized.shape[0], *IMAGE_SHAPE))  # a static batch
+    batch = serialized.shape[0] or -1  # static when batched with drop_remainder: keep it
+    images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (batch, *IMAGE_SHAPE))
     if cast_on_host:  # uint8 into a TPU step is unverified for TPUStrategy (see the model)
         images = tf.cast(images, tf.float32)
     return images, tf.cast(features["label"], tf.int32)

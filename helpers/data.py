@@ -75,7 +75,7 @@ def load_images(
     network). MNIST comes from Keras. Where neither the files nor the network are there, this
     prints one notice and returns scikit-learn's bundled 8x8 digits at once, never hanging.
     ``max_train`` and ``max_test`` keep only the first examples (quick runs).
-    Taught in notebooks 00, 05, 06, 09, 10, 11, 12.
+    Taught in notebooks 00, 09, 10, 11, 12.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
@@ -180,7 +180,6 @@ def make_dataset(
 
     ``drop_remainder=True`` gives every batch the same shape, so XLA compiles the step once.
     Training data is shuffled and repeated; pass ``steps_per_epoch`` to ``fit`` with it.
-    Taught in notebook 05.
     """
     import tensorflow as tf
 

@@ -26,8 +26,8 @@ def build_classifier(
 ):
     """A multilayer perceptron from images to class **logits** (no softmax).
 
-    Notebook 05 writes this model out in plain Keras (its per-layer ``dtype=`` policy and float32
-    output layer); ``tests/test_lesson_code_05.py`` checks that the two build the same model.
+    Notebook 05 teaches the per-layer ``dtype=`` policy and the float32 output layer on the
+    reference script's CNN (``train_tpu.build_model``); this model follows the same rules.
     The output layer is forced to float32 so that under a ``mixed_bfloat16`` policy the logits
     and the loss stay in float32 (notebook 05). Build it inside ``strategy.scope()`` (notebook 02).
     ``seed`` makes the initial weights reproducible, which notebooks 04 and 08 rely on to compare

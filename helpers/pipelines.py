@@ -86,7 +86,7 @@ def to_photos(images: np.ndarray, size: int) -> np.ndarray:
     The lessons' images are tiny (Fashion-MNIST's are 28x28); decoding them costs almost nothing,
     unlike the photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
     decoding and augmentation work.
-    Taught in notebooks 00, 06, 11.
+    Taught in notebooks 00, 11.
     """
     import tensorflow as tf
 
@@ -189,7 +189,6 @@ def augment(images, out_size: int):
     ``images`` are ``uint8`` ``[H, W, C]`` or ``[B, H, W, C]``; the result is float32 in [0, 1],
     ``out_size`` x ``out_size``. Every op works on a whole batch with a different random draw
     per image, so the same function serves the per-example and the vectorised pipelines.
-    Taught in notebook 06.
     """
     import tensorflow as tf
 
@@ -410,7 +409,6 @@ def files_for_host(files: Sequence[str], input_context) -> list[str]:
     Each of the ``num_input_pipelines`` hosts takes every n-th file, starting at its
     ``input_pipeline_id``: the hosts read disjoint files that together cover all of them. A host
     with no file would have nothing to feed its TPU cores, so that raises.
-    Taught in notebook 06.
     """
     import tensorflow as tf
 

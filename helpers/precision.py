@@ -190,7 +190,6 @@ def layer_dtypes(model) -> list[LayerDtypes]:
 
     ``output_dtype`` is what the layer actually produces in the model's graph (None when the
     layer has not been called on a symbolic input, e.g. in an unbuilt Sequential model).
-    Taught in notebook 05.
     """
     rows = []
     for layer in model.layers:

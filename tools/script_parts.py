@@ -36,7 +36,7 @@ START = re.compile(r"^# ---- part: ([a-z0-9_-]+) ----$")
 END = "# ---- end of part ----"
 TAG = "script-part:"
 # Parts no lesson shows yet; a lesson that shows one removes it from here.
-NOT_YET_SHOWN = ("data", "tfrecords", "pipeline", "checkpoint")
+NOT_YET_SHOWN = ("checkpoint",)
 
 
 def parts(text: str | None = None) -> dict[str, str]:
