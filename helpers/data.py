@@ -75,7 +75,7 @@ def load_images(
     network). MNIST comes from Keras. Where neither the files nor the network are there, this
     prints one notice and returns scikit-learn's bundled 8x8 digits at once, never hanging.
     ``max_train`` and ``max_test`` keep only the first examples (quick runs).
-    Taught in notebooks 00, 01, 02, 03, 09, 10, 11, 12.
+    Taught in notebooks 00, 09, 10, 11, 12.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
@@ -174,14 +174,12 @@ def make_dataset(
     training: bool = True,
     seed: int = 0,
 ):
-    """A ``tf.data.Dataset`` of ``(images, labels)`` batches with static shapes (notebook 03).
+    """A ``tf.data.Dataset`` of ``(images, labels)`` batches with static shapes.
 
-    Notebook 03 writes this pipeline out in its cell ``static-pipeline``; a test holds this
-    function to that cell (``tests/test_lesson_code_03.py``).
+    The in-memory twin of ``train_tpu.train_dataset``, which notebook 03 now uses.
 
     ``drop_remainder=True`` gives every batch the same shape, so XLA compiles the step once.
     Training data is shuffled and repeated; pass ``steps_per_epoch`` to ``fit`` with it.
-    Taught in notebooks 01, 02.
     """
     import tensorflow as tf
 

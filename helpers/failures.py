@@ -163,10 +163,7 @@ def explain(text: str | BaseException) -> str | None:
 
 
 def markdown_table() -> str:
-    """The table notebook 01 shows: what users see, what it means, the fix, where reported.
-
-    Taught in notebook 01.
-    """
+    """The table notebook 01 shows: what users see, what it means, the fix, where reported."""
     rows = ["| what you see | what it means | the fix | reported in |", "|---|---|---|---|"]
     for failure in FAILURES:
         seen = "<br>".join(f"`{_plain(sign)}`" for sign in failure.signs[:2])

@@ -8,9 +8,8 @@
   change the loss;
 - :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
 
-Notebook 03 writes the learning-rate rule, the ``steps_per_execution`` choice and the whole-call
-epoch in plain TensorFlow; ``tests/test_lesson_code_03.py`` proves these functions give the same
-numbers, so later lessons may call them.
+Notebook 03 writes the learning-rate rule and the whole-call epoch in plain TensorFlow, and takes
+the ``steps_per_execution`` choice from ``train_tpu.fit_steps_per_execution``.
 """
 
 from __future__ import annotations
@@ -193,7 +192,6 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
     model with the same weights, outside any strategy, on ``/cpu:0``; its logits are turned into
     the loss in float64 NumPy, independently of Keras' loss code. ``model`` must output logits;
     ``y`` holds integer class labels. Call it outside ``strategy.scope()``.
-    Taught in notebook 03.
     """
     import keras
     import tensorflow as tf
@@ -242,7 +240,6 @@ def check_loss_parity(
 
     Raises :class:`LossMismatchError` naming the likely cause: NaN or infinity, or a factor of
     the replica count (a bug that older Keras 3 releases had under distribution). Notebook 03.
-    Taught in notebook 03.
     """
     if not rtol > 0:
         raise ValueError(f"rtol must be positive, got {rtol!r}")

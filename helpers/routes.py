@@ -395,7 +395,6 @@ def markdown_table(verified: dict[str, str] | None = None) -> str:
     ``verified`` gives the "verified on a TPU" words of a platform's route; a platform not in it
     says "no" (the README and the book pass what the hardware records decide, see
     ``tools/hardware/records.py``).
-    Taught in notebook 01.
     """
     verified = verified or {}
     lines = [

@@ -64,7 +64,6 @@ def tpu_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") ->
     An empty list means no sign of a TPU. The device nodes (``/dev/accel*`` on v4 and older,
     ``/dev/vfio/N`` on v5e and newer) are what the platforms document; they are unverified on
     hardware by this project.
-    Taught in notebook 01.
     """
     env = os.environ if env is None else env
     hints = [f"{name}={env[name]}" for name in TPU_ENV_HINTS if env.get(name)]
