@@ -108,6 +108,10 @@ def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
 
 def test_run_all_of_a_lesson_with_plots_in_smoke_mode(lab):
     page = _open(lab, RUN_ALL)
+    # Make this notebook the active one first: the workspace may also restore another lesson's
+    # tab (the stepping test's), and "Run All Cells" acts on whichever notebook is active.
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
+    page.keyboard.press("Escape")
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
     seen = _wait_until_done(page, timeout=600)
