@@ -318,12 +318,15 @@ def plot_worker_run(run, examples: int = 96, columns: int = 96):
         read[row, ids // group] = 1
     read[-1, np.flatnonzero(counts > 1) // group] = 1
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4), width_ratios=(3, 2))
-    left.imshow(read, aspect="auto", cmap="Blues", vmin=0, vmax=1.4, interpolation="nearest")
+    extent = (0, read.shape[1] * group, len(read) - 0.5, -0.5)  # x: example numbers
+    left.imshow(
+        read, aspect="auto", cmap="Blues", vmin=0, vmax=1.4, interpolation="nearest", extent=extent
+    )
     left.set_yticks(
         range(len(workers) + 1),
         [f"worker {w.task_id}" for w in workers] + ["read by two"],
     )
-    left.set_xlabel("example number" if group == 1 else f"example number / {group}")
+    left.set_xlabel("example number" if group == 1 else f"example number ({group} a column)")
     left.set_title(f"which worker read examples 0-{examples - 1}")
     steps = len(workers[0].losses)
     for n, worker in enumerate(workers):

@@ -319,6 +319,12 @@ def test_plot_run_shows_each_worker():
     assert marks[2].sum() == 0  # nothing read twice
     assert [line.get_ydata().tolist() for line in right.lines] == [[2.0, 1.5], [2.0, 1.5]]
     plt.close(fig)
+    # More examples than columns: neighbours share a column (here 2 a column, 1000 examples).
+    run.workers[1].example_ids = [3, 999]
+    grouped = M.plot_run(run, examples=1000, columns=500).axes[0].images[0].get_array()
+    assert grouped.shape == (3, 500) and grouped[1].nonzero()[0].tolist() == [1, 499]
+    assert grouped[0].nonzero()[0].tolist() == [0, 1, 2, 3] and grouped[2].tolist() == [0] * 500
+    plt.close("all")
 
 
 def test_training_on_two_workers_matches_one_process(tmp_path):
