@@ -122,7 +122,7 @@ def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
     - Anything else with 2+ replicas: 1, because it was not checked.
 
     Returns a ``(value, reason)`` named tuple.
-    Taught in notebooks 03, 10.
+    Taught in notebook 03.
     """
     positive_int("steps_per_execution", wanted)
     replicas = strategy.num_replicas_in_sync
@@ -164,7 +164,6 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
     with Keras 3.13 and 3.15). Pass the result as ``steps_per_epoch`` so that an epoch is what
     it says; evaluate and predict on a finite dataset instead, which ends cleanly inside an
     execution.
-    Taught in notebook 10.
     """
     for label, value in (("steps", steps), ("steps_per_execution", steps_per_execution)):
         positive_int(label, value)

@@ -51,7 +51,7 @@ def build_optimizer(strategy, optimizer, model):
     Keras 3 optimizers such as Adam create their slots on the first ``apply_gradients``. Inside
     ``strategy.run`` with 2 or more replicas that first call fails (``fn_with_cond``); building
     first avoids it. Returns the optimizer.
-    Taught in notebooks 06, 10, 11.
+    Taught in notebooks 06, 11.
     """
     with strategy.scope():
         optimizer.build(model.trainable_variables)

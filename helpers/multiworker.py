@@ -11,10 +11,10 @@ Two layers:
   checked first, waits with a deadline, and **always** kills and reaps them: on success, error,
   timeout or ``KeyboardInterrupt`` (the notebook's stop button). A worker also dies by itself if
   the process that started it disappears, so nothing is left running.
-- :func:`train_on_loopback` uses it to train one small model on N workers (each runs the
-  program :mod:`helpers._programs.worker`, whose ``train_worker`` notebook 09 prints) and returns what every
-  worker saw and ended with, so a notebook can check that the shards were disjoint and that all
-  workers hold the same weights.
+- :func:`train_on_loopback` uses it to train the reference script's model on N workers, with
+  the script's pipeline and step (each runs the program :mod:`helpers._programs.worker`, whose
+  ``train_worker`` notebook 09 prints), and returns what every worker read and ended with, so a
+  notebook can check that the shards were disjoint and that all workers hold the same weights.
 
 Each worker uses one CPU device: these are separate processes, not the notebook's simulated TPU.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import batches, models, processes
+from helpers import batches, processes
 from helpers._arguments import positive_int
 from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
 
@@ -56,11 +56,9 @@ __all__ = [
     "LoopbackRun",
     "PortInUseError",
     "process_alive",
-    "replay_in_one_process",
     "run_workers",
     "tf_config",
     "train_on_loopback",
-    "worker_dataset",
     "WorkerError",
     "WorkerOutcome",
     "WorkerRun",
@@ -408,7 +406,10 @@ def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
 
 @dataclass
 class WorkerOutcome:
-    """What one worker reports after training: its shard, losses and final weights."""
+    """What one worker reports after training: its files, examples, losses and final weights.
+
+    ``example_ids``: the training-set numbers of the examples its pipeline gave, step by step.
+    """
 
     task_id: int
     replicas_in_sync: int
@@ -420,6 +421,7 @@ class WorkerOutcome:
     weights: list[np.ndarray] = field(repr=False)
     seconds: float = 0.0
     startup_seconds: float = 0.0
+    files: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -431,58 +433,48 @@ class LoopbackRun:
     pids: list[int]
     seconds: float
     isolated: bool
+    learning_rate: float = 1e-3  # what the workers trained with, to repeat it on one device
+    seed: int = 0
 
 
 def train_on_loopback(
-    x: np.ndarray,
-    y: np.ndarray,
+    data_dir: str | Path,
     *,
     num_workers: int = 2,
     global_batch_size: int = 64,
     steps: int = 20,
-    learning_rate: float = 0.01,
+    learning_rate: float = 1e-3,
     seed: int = 0,
+    examples: int | None = None,
     ports: Sequence[int] | None = None,
     timeout: float = 180.0,
     isolate: bool | None = None,
 ) -> LoopbackRun:
-    """Train one classifier on ``num_workers`` local worker processes; return what each saw.
+    """Train the script's model on ``num_workers`` local worker processes; return what each read.
 
-    ``x`` (images) and ``y`` (labels) are written once to a temporary file that every worker
-    reads; each worker then keeps only its own shard of it (``InputContext.input_pipeline_id``).
-    The temporary files are removed afterwards; the results are returned in memory.
+    ``data_dir`` holds the TFRecords that ``train_tpu.write_tfrecords`` wrote; each worker reads
+    its own files of it (the script's ``host_files``), ``examples`` of them in all (default:
+    every training example). The workers' logs and reports go to a temporary folder removed
+    afterwards; the results are returned in memory.
     Taught in notebook 09.
     """
-    if len(x) != len(y):
-        raise ValueError(f"x and y differ in length: {len(x)} vs {len(y)}")
     batches.split_batch(global_batch_size, num_workers, over="worker")
     started = time.monotonic()
+    command = [
+        "-m",
+        WORKER_PROGRAM,
+        "--data-dir",
+        str(data_dir),
+        "--out",
+        "{workdir}/worker{index}",
+    ]
+    command += ["--global-batch-size", str(global_batch_size), "--steps", str(steps)]
+    command += ["--learning-rate", str(learning_rate), "--seed", str(seed)]
+    command += ["--examples", str(examples)] if examples else []
     with tempfile.TemporaryDirectory(prefix="multiworker-") as tmp:
-        data_path = Path(tmp) / "data.npz"
-        np.savez(data_path, x=np.asarray(x, np.float32), y=np.asarray(y, np.int32))
         ports = list(ports) if ports is not None else free_ports(num_workers)
         runs = run_workers(
-            [
-                "-m",
-                WORKER_PROGRAM,
-                "--data",
-                str(data_path),
-                "--out",
-                "{workdir}/worker{index}",
-                "--global-batch-size",
-                str(global_batch_size),
-                "--steps",
-                str(steps),
-                "--learning-rate",
-                str(learning_rate),
-                "--seed",
-                str(seed),
-            ],
-            num_workers,
-            ports=ports,
-            timeout=timeout,
-            workdir=tmp,
-            isolate=isolate,
+            command, num_workers, ports=ports, timeout=timeout, workdir=tmp, isolate=isolate
         )
         outcomes = [_load_outcome(Path(tmp) / f"worker{run.index}", run) for run in runs]
     return LoopbackRun(
@@ -491,54 +483,9 @@ def train_on_loopback(
         pids=[run.pid for run in runs],
         seconds=round(time.monotonic() - started, 2),
         isolated=runs[0].isolated,
+        learning_rate=learning_rate,
+        seed=seed,
     )
-
-
-def global_batches(run: LoopbackRun, steps: int) -> list[np.ndarray]:
-    """The example numbers of each step's global batch: every worker's share, in worker order."""
-    batches = []
-    for step in range(steps):
-        parts = []
-        for worker in sorted(run.workers, key=lambda w: w.task_id):
-            per_worker = len(worker.example_ids) // steps
-            parts.append(worker.example_ids[step * per_worker : (step + 1) * per_worker])
-        batches.append(np.concatenate(parts))
-    return batches
-
-
-def replay_in_one_process(
-    x: np.ndarray,
-    y: np.ndarray,
-    run: LoopbackRun,
-    *,
-    steps: int,
-    learning_rate: float = 0.01,
-    seed: int = 0,
-) -> list[np.ndarray]:
-    """Train the same model in this process on the same global batches; return its weights.
-
-    Multi-worker data parallelism is meant to compute exactly the update one device would make
-    from the whole global batch. Replaying the batches the workers saw (see
-    :func:`global_batches`) on one device checks that, up to float rounding.
-    Taught in notebook 09.
-    """
-    import keras
-    import tensorflow as tf
-
-    model = models.build_classifier(x.shape[1:], seed=seed)
-    optimizer = keras.optimizers.Adam(learning_rate)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)  # mean over batch
-
-    @tf.function
-    def step(images, labels):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-
-    for ids in global_batches(run, steps):
-        step(tf.constant(x[ids], tf.float32), tf.constant(y[ids], tf.int32))
-    return [v.numpy() for v in model.weights]
 
 
 def _load_outcome(prefix: Path, run: WorkerRun) -> WorkerOutcome:
@@ -552,22 +499,3 @@ def _load_outcome(prefix: Path, run: WorkerRun) -> WorkerOutcome:
     with np.load(prefix.with_suffix(".npz")) as saved:
         weights = [saved[f"w{i}"] for i in range(len(saved.files))]
     return WorkerOutcome(weights=weights, seconds=run.seconds, **report)
-
-
-def worker_dataset(x, y, context, global_batch_size: int, seed: int = 0):
-    """One worker's input pipeline, the ``dataset_fn`` of :func:`train_worker` (notebook 09).
-
-    Keeps the worker's shard (``context.input_pipeline_id`` of ``num_input_pipelines``) of
-    ``(image, label, example number)`` and batches it per replica; the example numbers show
-    afterwards which worker trained on what.
-    Taught in notebook 09.
-    """
-    import tensorflow as tf
-
-    x, y = np.asarray(x, np.float32), np.asarray(y, np.int32)
-    ids = np.arange(len(x), dtype=np.int64)
-    per_replica = context.get_per_replica_batch_size(global_batch_size)
-    ds = tf.data.Dataset.from_tensor_slices((x, y, ids))
-    ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
-    ds = ds.shuffle(len(x), seed=seed).repeat()
-    return ds.batch(per_replica, drop_remainder=True).prefetch(2)

@@ -294,12 +294,13 @@ def _outline_hosts(ax, topology, x0: float, z: int) -> None:
         )
 
 
-def plot_worker_run(run, examples: int = 96):
-    """A ``multiworker.LoopbackRun`` drawn in two panels: which worker read each of the first
-    ``examples`` examples, and each worker's loss curve.
+def plot_worker_run(run, examples: int = 96, columns: int = 96):
+    """A ``multiworker.LoopbackRun`` drawn in two panels: which worker read which of the
+    examples numbered 0 to ``examples - 1``, and each worker's loss curve.
 
-    Left: one row per worker, a mark where that worker read the example, and a last row marking
-    examples read by more than one worker (empty when the shards are disjoint). Right: the loss
+    Left: one row per worker, a mark where that worker read an example, and a last row marking
+    examples read by more than one worker (empty when the shards are disjoint); with more
+    examples than ``columns``, each column is a group of neighbouring examples. Right: the loss
     every worker saw, step by step; identical training draws the curves on top of each other.
     Returns the matplotlib figure (notebook 09).
     Taught in notebook 09.
@@ -307,18 +308,25 @@ def plot_worker_run(run, examples: int = 96):
     import matplotlib.pyplot as plt
 
     workers = sorted(run.workers, key=lambda w: w.task_id)
-    read = np.zeros((len(workers) + 1, examples))
+    group = max(1, -(-examples // columns))  # examples per column
+    read = np.zeros((len(workers) + 1, -(-examples // group)))
+    counts = np.zeros(examples, int)
     for row, worker in enumerate(workers):
-        ids = np.asarray(worker.example_ids)
-        read[row, np.unique(ids[ids < examples])] = 1
-    read[-1] = read[:-1].sum(axis=0) > 1
+        ids = np.unique(np.asarray(worker.example_ids, int))
+        ids = ids[ids < examples]
+        counts[ids] += 1
+        read[row, ids // group] = 1
+    read[-1, np.flatnonzero(counts > 1) // group] = 1
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.4), width_ratios=(3, 2))
-    left.imshow(read, aspect="auto", cmap="Blues", vmin=0, vmax=1.4, interpolation="nearest")
+    extent = (0, read.shape[1] * group, len(read) - 0.5, -0.5)  # x: example numbers
+    left.imshow(
+        read, aspect="auto", cmap="Blues", vmin=0, vmax=1.4, interpolation="nearest", extent=extent
+    )
     left.set_yticks(
         range(len(workers) + 1),
         [f"worker {w.task_id}" for w in workers] + ["read by two"],
     )
-    left.set_xlabel("example number")
+    left.set_xlabel("example number" if group == 1 else f"example number ({group} a column)")
     left.set_title(f"which worker read examples 0-{examples - 1}")
     steps = len(workers[0].losses)
     for n, worker in enumerate(workers):

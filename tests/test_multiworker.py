@@ -282,34 +282,6 @@ def test_isolate_true_fails_clearly_when_unavailable(monkeypatch):
         M.run_workers(["-c", "pass"], 1, isolate=True)
 
 
-def test_worker_dataset_gives_each_worker_its_own_shard_in_per_replica_batches():
-    tf = pytest.importorskip("tensorflow")
-    x = np.random.default_rng(0).random((40, 8, 8, 1))  # float64, as a user might pass it
-    y = np.arange(40) % 10
-    shards = []
-    for worker in range(2):
-        context = tf.distribute.InputContext(
-            num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2
-        )
-        ds = M.worker_dataset(x, y, context, global_batch_size=8)
-        images, labels, _ = ds.element_spec
-        assert images.shape == (4, 8, 8, 1) and images.dtype == tf.float32  # per replica
-        assert labels.dtype == tf.int32
-        ids = [int(i) for _, _, batch_ids in ds.take(5) for i in batch_ids]  # one pass: 20
-        assert len(set(ids)) == 20 and all(i % 2 == worker for i in ids)
-        shards.append(set(ids))
-    assert not shards[0] & shards[1]
-
-
-def test_global_batches_put_each_workers_share_in_order():
-    def outcome(task, ids):
-        return M.WorkerOutcome(task, 2, [], task, 2, ids, [0.0], [])
-
-    run = M.LoopbackRun([outcome(1, [5, 7, 9, 11]), outcome(0, [4, 6, 8, 10])], [], [], 0.0, False)
-    batches = M.global_batches(run, steps=2)
-    assert [b.tolist() for b in batches] == [[4, 6, 5, 7], [8, 10, 9, 11]]
-
-
 def test_plot_run_marks_examples_read_twice():
     import matplotlib
 
@@ -347,36 +319,51 @@ def test_plot_run_shows_each_worker():
     assert marks[2].sum() == 0  # nothing read twice
     assert [line.get_ydata().tolist() for line in right.lines] == [[2.0, 1.5], [2.0, 1.5]]
     plt.close(fig)
+    # More examples than columns: neighbours share a column (here 2 a column, 1000 examples).
+    run.workers[1].example_ids = [3, 999]
+    grouped = M.plot_run(run, examples=1000, columns=500).axes[0].images[0].get_array()
+    assert grouped.shape == (3, 500) and grouped[1].nonzero()[0].tolist() == [1, 499]
+    assert grouped[0].nonzero()[0].tolist() == [0, 1, 2, 3] and grouped[2].tolist() == [0] * 500
+    plt.close("all")
 
 
-def test_training_on_two_workers_matches_one_process():
-    pytest.importorskip("tensorflow")
+def test_training_on_two_workers_matches_one_process(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    import train_tpu
+
     rng = np.random.default_rng(0)
-    x = rng.random((96, 4, 4, 1), dtype=np.float32)
-    y = rng.integers(0, 10, 96).astype(np.int32)
+    x = rng.integers(0, 256, (96, *train_tpu.IMAGE_SHAPE[:2]), dtype=np.uint8)
+    y = rng.integers(0, 10, 96).astype(np.uint8)
+    train_tpu.write_tfrecords(str(tmp_path), {"train": (x, y), "test": (x[:8], y[:8])})
     steps, batch = 6, 16
-    run = M.train_on_loopback(x, y, global_batch_size=batch, steps=steps, timeout=400)
+    run = M.train_on_loopback(tmp_path, global_batch_size=batch, steps=steps, timeout=400)
     a, b = sorted(run.workers, key=lambda w: w.task_id)
     assert (a.task_id, b.task_id) == (0, 1)
     assert a.replicas_in_sync == b.replicas_in_sync == 2
     assert len(a.devices) == len(b.devices) == 1  # one CPU device per worker process
     assert {a.input_pipeline_id, b.input_pipeline_id} == {0, 1}
+    assert len(a.files) == len(b.files) == train_tpu.SHARDS // 2
+    assert set(a.files).isdisjoint(b.files)  # each worker read its own files
     assert len(a.example_ids) == len(b.example_ids) == steps * batch // 2
-    assert set(a.example_ids).isdisjoint(b.example_ids)  # each worker read its own shard
+    assert set(a.example_ids).isdisjoint(b.example_ids)
     assert all(np.array_equal(p, q) for p, q in zip(a.weights, b.weights, strict=True))
     assert a.losses == b.losses and all(np.isfinite(a.losses))
     assert not any(alive(pid) for pid in run.pids)
 
-    replay = M.replay_in_one_process(x, y, run, steps=steps)
-    start = M.replay_in_one_process(x, y, run, steps=0)
+    # One device, the same global batches (each step: worker 0's share, then worker 1's).
+    shares = [np.split(np.array(w.example_ids), steps) for w in (a, b)]
+    ids = np.concatenate([np.concatenate(step) for step in zip(*shares, strict=True)])
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    model, optimizer = train_tpu.build(one, run.learning_rate, bf16=False, seed=run.seed)
+    start = [v.numpy() for v in model.weights]
+    replay = train_tpu.many_steps(one, train_tpu.make_train_step(model, optimizer, batch))
+    data = tf.data.Dataset.from_tensor_slices((x[ids][..., None], y[ids].astype(np.int32)))
+    replay(iter(data.batch(batch)), tf.constant(steps))
     moved = max(np.abs(w - s).max() for w, s in zip(a.weights, start, strict=True))
-    error = max(np.abs(w - r).max() for w, r in zip(a.weights, replay, strict=True))
+    error = max(np.abs(w - v.numpy()).max() for w, v in zip(a.weights, model.weights, strict=True))
     assert error < 1e-3 * moved  # same update as one device on the global batch, up to rounding
 
 
-def test_train_on_loopback_checks_its_arguments():
-    x = np.zeros((8, 2), np.float32)
-    with pytest.raises(ValueError, match="differ in length"):
-        M.train_on_loopback(x, np.zeros(7, np.int32))
+def test_train_on_loopback_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="does not split over 2 workers"):
-        M.train_on_loopback(x, np.zeros(8, np.int32), global_batch_size=5)
+        M.train_on_loopback(tmp_path, global_batch_size=5)

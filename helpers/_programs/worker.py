@@ -1,8 +1,9 @@
 """One worker of notebook 09's local cluster: run only in a child process.
 
-``python -m helpers._programs.worker --data D.npz --out PREFIX ...`` joins the cluster that its
-``TF_CONFIG`` names, trains with ``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which
-notebook 09 prints), and writes ``PREFIX.json`` (what it saw) and ``PREFIX.npz`` (its weights).
+``python -m helpers._programs.worker --data-dir TFRECORDS --out PREFIX ...`` joins the cluster
+that its ``TF_CONFIG`` names, trains the reference script's model with its pipeline and step
+under ``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which notebook 09 prints), and
+writes ``PREFIX.json`` (what it read) and ``PREFIX.npz`` (its weights).
 ``--hold-network`` instead keeps a private network namespace alive for the workers to join. It
 dies with the process that started it. The parent side is :mod:`helpers.multiworker`.
 """
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import loops, models, processes
-from helpers.multiworker import PARENT_PID_ENV, worker_dataset
+from helpers import processes
+from helpers.multiworker import PARENT_PID_ENV
 
 __all__ = ["train_worker"]
 
@@ -35,81 +36,85 @@ __all__ = ["train_worker"]
 
 
 def train_worker(
-    data: str,
+    data_dir: str,
     out: str,
     global_batch_size: int,
     steps: int,
     learning_rate: float,
     seed: int,
+    examples: int | None = None,
 ) -> None:
     """The program every worker runs (``python -m helpers._programs.worker``); notebook 09 prints it.
 
-    The same code runs on every worker. ``TF_CONFIG`` tells each one who it is; the strategy
-    connects them, gives every worker its own input pipeline, and all-reduces the gradients so
-    all workers apply the same update.
+    The same code runs on every worker: the reference script's pipeline, model and step.
+    ``TF_CONFIG`` tells each worker who it is; the strategy connects them, calls the pipeline
+    once per worker with that worker's InputContext, and all-reduces the gradients so all
+    workers apply the same update. The model is float32 (``bf16=False``, the script's
+    ``--no-bf16``), so that one device can later repeat the training up to float32 rounding.
     Taught in notebook 09.
     """
     started = time.monotonic()
-    import keras
     import tensorflow as tf
+
+    from train_tpu import build, host_files, make_train_step, many_steps, train_dataset
 
     tf.config.threading.set_intra_op_parallelism_threads(1)  # N workers share this machine
     tf.config.threading.set_inter_op_parallelism_threads(1)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG, waits for all
-    task_id = strategy.cluster_resolver.task_id
     startup = time.monotonic() - started
-
-    with np.load(data) as arrays:
-        x, y = arrays["x"], arrays["y"]
     contexts = []
 
-    def dataset_fn(context: tf.distribute.InputContext):
-        contexts.append(context)  # called once per worker, with that worker's context
-        return worker_dataset(x, y, context, global_batch_size, seed)
+    def dataset_fn(ctx: tf.distribute.InputContext):
+        contexts.append(ctx)  # called once per worker, with that worker's context
+        batch = ctx.get_per_replica_batch_size(global_batch_size)
+        return train_dataset(data_dir, ctx, batch, steps, 1, seed=seed, examples=examples)
 
-    dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    model, optimizer = build(strategy, learning_rate, bf16=False, seed=seed)
+    train_steps = many_steps(strategy, make_train_step(model, optimizer, global_batch_size))
+    one = tf.constant(1)  # one step per call, to see every step's (global batch's) loss
+    losses = [float(train_steps(iterator, one)) for _ in range(steps)]
 
-    with strategy.scope():
-        model = models.build_classifier(x.shape[1:], seed=seed)
-        optimizer = keras.optimizers.Adam(learning_rate)
-    loops.build_optimizer(strategy, optimizer, model)  # slots before strategy.run (Keras 3)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-    def replica_step(images, labels, example_ids):
-        with tf.GradientTape() as tape:
-            per_example = loss_fn(labels, model(images, training=True))
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))  # all-reduced
-        return loss, example_ids
-
-    @tf.function
-    def train_step(iterator):
-        loss, example_ids = strategy.run(replica_step, args=next(iterator))
-        total = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
-        return total, strategy.experimental_local_results(example_ids)
-
-    iterator = iter(dist_dataset)
-    seen, losses = [], []
-    for _ in range(steps):
-        loss, local_ids = train_step(iterator)
-        losses.append(float(loss))
-        seen.extend(int(i) for part in local_ids for i in part.numpy())
-
-    context = contexts[0]
+    ctx = contexts[0]
+    local_batches = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # per step, this worker
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     np.savez(f"{out}.npz", **{f"w{i}": v.numpy() for i, v in enumerate(model.weights)})
     report = {
-        "task_id": int(task_id),
+        "task_id": int(strategy.cluster_resolver.task_id),
         "replicas_in_sync": int(strategy.num_replicas_in_sync),
         "devices": list(strategy.extended.worker_devices),
-        "input_pipeline_id": int(context.input_pipeline_id),
-        "num_input_pipelines": int(context.num_input_pipelines),
-        "example_ids": seen,
+        "input_pipeline_id": int(ctx.input_pipeline_id),
+        "num_input_pipelines": int(ctx.num_input_pipelines),
+        "files": [os.path.basename(f) for f in host_files(data_dir, "train", ctx)],
+        "example_ids": _example_numbers(dataset_fn(ctx).take(steps * local_batches), data_dir, ctx),
         "losses": losses,
         "startup_seconds": round(startup, 2),
     }
     Path(f"{out}.json").write_text(json.dumps(report))
+
+
+def _example_numbers(batches, data_dir: str, ctx) -> list[int]:
+    """The training-set numbers of the examples in ``batches``, in order, found by their pixels.
+
+    The pipeline is seeded and deterministic, so a second pass over it gives the batches the
+    worker trained on (the one-device replay of notebook 09 checks that: other batches would
+    give other weights). An example's number is its position in the training files read in
+    order, which is its row in the arrays they were written from; the files' example counts
+    are in the info.json that ``write_tfrecords`` writes last.
+    """
+    import tensorflow as tf
+
+    from train_tpu import host_files, parse_batch
+
+    with tf.io.gfile.GFile(f"{data_dir}/info.json") as f:
+        first = np.cumsum([0, *json.load(f)["train"]])  # the number of each file's first example
+    number = {}
+    for name in host_files(data_dir, "train", ctx):  # this worker's files only
+        records = tf.data.TFRecordDataset(name).batch(4096).map(parse_batch)
+        pixels = np.concatenate([images.numpy() for images, _ in records])
+        start = int(first[int(os.path.basename(name).split("-")[1])])
+        number.update((image.tobytes(), start + i) for i, image in enumerate(pixels))
+    return [number[image.tobytes()] for images, _ in batches for image in images.numpy()]
 
 
 def _loopback_up() -> None:
@@ -158,21 +163,28 @@ def _die_with_parent() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hold-network", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=".npz file with arrays x and y")
+    parser.add_argument("--data-dir", help="the TFRecord folder train_tpu.write_tfrecords wrote")
     parser.add_argument("--out", help="path prefix for <out>.json and <out>.npz")
     parser.add_argument("--global-batch-size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--examples", type=int, help="training examples to use (default: all)")
     args = parser.parse_args(argv)
     processes.default_sigint()
     if args.hold_network:
         return _hold_network()
-    if not (args.data and args.out):
-        parser.error("--data and --out are required")
+    if not (args.data_dir and args.out):
+        parser.error("--data-dir and --out are required")
     _die_with_parent()
     train_worker(
-        args.data, args.out, args.global_batch_size, args.steps, args.learning_rate, args.seed
+        args.data_dir,
+        args.out,
+        args.global_batch_size,
+        args.steps,
+        args.learning_rate,
+        args.seed,
+        args.examples,
     )
 
 
