@@ -86,7 +86,7 @@ def to_photos(images: np.ndarray, size: int) -> np.ndarray:
     The lessons' images are tiny (Fashion-MNIST's are 28x28); decoding them costs almost nothing,
     unlike the photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
     decoding and augmentation work.
-    Taught in notebooks 00, 11.
+    Taught in notebook 11.
     """
     import tensorflow as tf
 
