@@ -196,13 +196,9 @@ def run_until_killed(
     return Outcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
 
 
-def run_to_end(
-    config: RunConfig, *, timeout: float = 300.0, env: dict | None = None, crash: bool = False
-) -> Outcome:
+def run_to_end(config: RunConfig, *, timeout: float = 300.0, env: dict | None = None) -> Outcome:
     """Run ``config`` in a new process to its end; :class:`RunFailed` unless it exits with 0.
 
-    With ``crash``, the end expected is the process killing itself (``config.crash_at``): then
-    :class:`RunFailed` unless it died of SIGKILL.
     Taught in notebook 08.
     """
     start = time.monotonic()
@@ -213,9 +209,8 @@ def run_to_end(
         raise _failure(f"the run did not finish within {timeout:.0f} s", proc, config) from None
     finally:
         processes.stop([proc])  # never left running
-    expected = -signal.SIGKILL if crash else 0
-    if proc.returncode != expected:
-        raise _failure(f"the run ended with exit {proc.returncode}, not {expected}", proc, config)
+    if proc.returncode != 0:
+        raise _failure(f"the run ended with exit {proc.returncode}, not 0", proc, config)
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
     return Outcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
 

@@ -50,11 +50,11 @@ def per_replica_mean_steps(strategy, model, optimizer, global_batch):
     # The bug notebook 04 shows: each replica averages over its own batch, not the global one.
     import keras
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def replica_step(images, labels):
         with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))  # a per-replica mean
+            loss = tf.reduce_mean(loss_fn(labels, model(images, training=True)))  # per replica
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
