@@ -25,7 +25,6 @@ __all__ = [
     "SIMULATED_TPU",
     "connect",
     "describe",
-    "kind",
     "StrategyError",
     "StrategyInfo",
     "untuned_distributed_input",
@@ -70,7 +69,7 @@ def connect(simulated_replicas: int = SIMULATED_REPLICAS):
     on_cpu = all("CPU" in d.upper().rpartition("/device:")[2] for d in devices)
     if on_cpu and strategy.num_replicas_in_sync != simulated_replicas:
         raise StrategyError(
-            f"This kernel already runs a {kind(strategy)} with {strategy.num_replicas_in_sync} "
+            f"This kernel already runs a {_kind(strategy)} with {strategy.num_replicas_in_sync} "
             "replica(s), and TensorFlow cannot change its devices once it has started. Restart "
             "the kernel to use other settings."
         )
@@ -79,7 +78,7 @@ def connect(simulated_replicas: int = SIMULATED_REPLICAS):
     return strategy
 
 
-def kind(strategy) -> str:
+def _kind(strategy) -> str:
     """ "TPU", "several GPUs", "simulated TPU" or "one device": what ``strategy`` runs on."""
     import tensorflow as tf
 
@@ -141,7 +140,7 @@ def describe(strategy=None) -> StrategyInfo:
             raise StrategyError("connect() has not been called in this kernel yet")
         strategy = train_tpu._CONNECTED[0]
     dist = versions.tensorflow_distribution()
-    found = kind(strategy)
+    found = _kind(strategy)
     return StrategyInfo(
         kind=found,
         replicas=strategy.num_replicas_in_sync,

@@ -158,7 +158,7 @@ tf.distribute.TPUStrategy = Strategy
 first = helpers.connect(8)
 second = train_tpu.connect(8)
 print("RESULT" + json.dumps(dict(calls=calls, same=first is second, signs=train_tpu.tpu_signs(),
-                                 kind=helpers.strategy.kind(first))))
+                                 kind=helpers.describe(first).kind)))
 """
 
 
