@@ -48,6 +48,8 @@ from helpers.selftest import checks, cli, speed
 
 def per_replica_mean_steps(strategy, model, optimizer, global_batch):
     # The bug notebook 04 shows: each replica averages over its own batch, not the global one.
+    # By hand: a Keras loss object would not show it, since it divides by the replica count
+    # itself in a replica context (scale_loss_for_distribution, keras/src/losses/loss.py).
     import keras
 
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
