@@ -3,14 +3,15 @@
 Everything a notebook needs beyond plain TensorFlow lives here, once, with tests:
 
 - ``runtime``: where am I running, is there TPU hardware, can this TensorFlow drive it? (01)
-- ``strategy``: ``connect()``, the one way every notebook gets its strategy (01)
+- ``strategy``: ``connect()``, which calls the reference script's ``train_tpu.connect`` (01)
 - ``data``: a real dataset that works offline, and pipelines with static shapes (01, 03)
 - ``fitting``: strategy-aware ``compile``/``fit`` choices and a one-device loss check (03)
-- ``loops``: custom training loops and the 8-vs-1-replica equivalence check (04)
+- ``loops``: the script's step run many per call, and the 8-vs-1-replica equivalence check (04)
 - ``precision``: bfloat16 and per-layer dtypes (05); ``pipelines``: ``tf.data`` that feeds a TPU (06)
 - ``topology``: TPU topologies and device assignments, built (07; drawn by ``plots``)
-- ``checkpoints``, ``preemption`` and ``save_faults``: saving, restoring, surviving a kill at any
-  instant of a save (08)
+- ``checkpoints``, ``preemption`` and ``save_faults``: a ``fit`` backup that survives a kill, the
+  leftovers of a killed save, and kills at any instant of a save (08); the custom loop's
+  checkpoint and restore are the script's
 - ``multiworker``: several worker processes on one machine (09)
 - ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
 - ``profiling``: capture a profile and read it without TensorBoard: input waits, compute,

@@ -1,26 +1,13 @@
-"""Checkpoints for custom loops and ``fit``, restored with clear errors (notebook 08).
+"""Around checkpoints (notebook 08): a ``fit`` backup kept safe, and the leftovers of a killed save.
 
-Notebook 08 writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
-``tf.train.CheckpointManager``, restores checked with ``status.assert_consumed()`` /
-``assert_existing_objects_matched()``, and the ``keras.callbacks.BackupAndRestore`` call that
-:func:`fit_backup_callbacks` returns (``tests/test_checkpoints.py`` ties the two). The
-functions here wrap that code with messages that say what to do.
+The custom loop's checkpoint, save and its one restore path are the reference script's part
+"checkpoint" (``train_tpu.checkpointing``, ``save_checkpoint``, ``restore``), shown by notebook
+08. This module keeps what is not a learner's training code:
 
-What this module adds to ``tf.train.Checkpoint`` and ``tf.train.CheckpointManager``:
-
-- :func:`make_checkpoint` builds the pair for a custom loop (model, optimizer, step counter).
-- :func:`restore` never fails silently. Plain ``checkpoint.restore(path)`` restores *nothing*
-  and raises nothing when the names do not match (``Checkpoint(net=...)`` instead of
-  ``Checkpoint(model=...)``) or when ``path`` is None; here both raise
-  :class:`CheckpointMismatchError` / :class:`CheckpointNotFoundError` with what to do.
-- :func:`latest_checkpoint` only returns a *committed* checkpoint: the newest one the state file
-  lists whose files are complete. A listed checkpoint with missing files is skipped, with a
-  warning; when none is complete it raises (``tf.train.latest_checkpoint`` returns None there,
-  which would start a "resumed" job from scratch).
-- :func:`repair` tidies what a save killed at any instant leaves (see below); :func:`make_checkpoint`
-  runs it before the manager reads the directory.
 - :func:`fit_backup_callbacks` gives ``fit`` Keras' ``BackupAndRestore`` with its previous
-  backup kept, plus a check that the restored weights and the restored epoch agree.
+  backup kept, plus a check that the restored weights and the restored epoch agree (notebook
+  08's aside; ``helpers._programs.preemptible`` runs it).
+- :func:`repair` tidies what a save killed at any instant leaves (see below).
 
 Why a checkpoint interrupted mid-write is never picked as the latest: ``CheckpointManager.save``
 first writes the checkpoint's files (``ckpt-N.index``, ``ckpt-N.data-...``), and only then
@@ -31,7 +18,7 @@ previous checkpoint. After the rename the manager deletes checkpoints beyond ``m
 checkpoint whose files are partly gone. And a kill while the files are written leaves a
 ``ckpt-N_temp/`` folder. :func:`repair` removes those leftovers and rewrites the state file to
 list only complete checkpoints (``helpers.save_faults`` stops a real save in each of these
-phases). :func:`simulate_torn_save` fabricates the leftovers of a save that died half-way.
+phases).
 """
 
 from __future__ import annotations
@@ -39,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,17 +34,12 @@ from helpers._arguments import positive_int
 
 __all__ = [
     "STATE_FILE",
-    "checkpoint_contents",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "fit_backup_callbacks",
-    "latest_checkpoint",
-    "make_checkpoint",
     "Repair",
     "repair",
-    "restore",
-    "simulate_torn_save",
 ]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
@@ -77,28 +58,6 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 class CheckpointMismatchError(CheckpointError, ValueError):
     """The checkpoint does not fit the objects it is restored into."""
-
-
-def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **objects):
-    """Return ``(checkpoint, manager)`` saving ``objects`` (e.g. model, optimizer, step).
-
-    Create the model and optimizer inside ``strategy.scope()`` first, and build the optimizer
-    (``helpers.loops.build_optimizer``) so its slot variables exist and are saved too. The
-    manager keeps the ``max_to_keep`` newest checkpoints in ``directory``; call
-    ``manager.save(checkpoint_number=step)`` from the host, outside ``strategy.run``: saving
-    reads every replica's copy of each variable, so it is always called in cross-replica
-    context. First :func:`repair` tidies ``directory`` after a save that was killed. Taught in
-    notebook 08.
-    """
-    import tensorflow as tf
-
-    if not objects:
-        raise ValueError("nothing to checkpoint: pass objects as keywords, e.g. model=model")
-    positive_int("max_to_keep", max_to_keep)
-    repair(directory)  # the manager reads the state file once, now: it must be consistent
-    checkpoint = tf.train.Checkpoint(**objects)
-    manager = tf.train.CheckpointManager(checkpoint, os.fspath(directory), max_to_keep=max_to_keep)
-    return checkpoint, manager
 
 
 def checkpoint_files(prefix: str | os.PathLike) -> list[str]:
@@ -151,33 +110,6 @@ def _no_complete_checkpoint(directory: str, listed: list[str]) -> CheckpointNotF
     )
 
 
-def latest_checkpoint(directory: str | os.PathLike) -> str | None:
-    """The newest *committed* checkpoint in ``directory``, or None if none was ever committed.
-
-    Committed: listed in the state file, with all its files. A listed checkpoint whose files are
-    missing (a kill while old checkpoints were deleted, or a partial copy) is skipped with a
-    warning in favour of the newest complete one. Raises :class:`CheckpointNotFoundError` when the
-    state file lists checkpoints and none is complete: ``tf.train.latest_checkpoint`` only logs
-    an error and returns None there, and a restarted job would silently begin again from step 0.
-    """
-
-    directory = os.fspath(directory)
-    listed, _ = _listed(directory)
-    if not listed:
-        return None
-    complete = [p for p in listed if _complete(p)]
-    if not complete:
-        raise _no_complete_checkpoint(directory, listed)
-    if complete[-1] != listed[-1]:
-        warnings.warn(
-            f"{os.path.basename(listed[-1])} is listed as the latest checkpoint in {directory}, "
-            f"but its files are incomplete; using {os.path.basename(complete[-1])} "
-            "(helpers.checkpoints.repair fixes the state file)",
-            stacklevel=2,
-        )
-    return complete[-1]
-
-
 @dataclass
 class Repair:
     """What :func:`repair` found and did."""
@@ -215,7 +147,6 @@ def repair(directory: str | os.PathLike) -> Repair:
     Committed checkpoints and older unlisted ones are never touched. Raises
     :class:`CheckpointNotFoundError` when the state file lists checkpoints and none is complete
     (nothing is deleted then). Run it only while no other process saves into ``directory``.
-    :func:`make_checkpoint` calls it.
     """
 
     directory = os.fspath(directory)
@@ -260,117 +191,6 @@ def repair(directory: str | os.PathLike) -> Repair:
             save_relative_paths=True,
         )
     return result
-
-
-def checkpoint_contents(path: str | os.PathLike) -> list[str]:
-    """The top-level names saved in the checkpoint at ``path`` (``["model", "optimizer", ...]``).
-
-    Read from the checkpoint's object graph, not from the variable keys: a variable is stored
-    under the *shortest* path that reaches it, so a model's weights may appear under
-    ``optimizer/...`` (the optimizer also tracks them) although they belong to ``model``.
-    """
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(os.fspath(path))
-    graph = tf_internals.checkpoint_object_graph(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    return sorted(child.local_name for child in graph.nodes[0].children)
-
-
-def _unmatched(message: str, limit: int = 4) -> str:
-    """The names of the objects in a TensorFlow matching error, not the variables' values."""
-    names = re.findall(r"path=([^,\s]+)", message)
-    names += re.findall(r"Unresolved object in checkpoint \(root\)\.?(\S*):", message)
-    names = list(dict.fromkeys(names))
-    if not names:
-        return message.strip().splitlines()[0][:200]
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
-def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> str:
-    """Restore ``checkpoint`` from a checkpoint prefix or a directory; return the path used.
-
-    Every variable of ``checkpoint`` must get a value from the file, else
-    :class:`CheckpointMismatchError`. Unless ``partial``, every value in the file must also be
-    used: ``partial=True`` is for restoring part of a training checkpoint, e.g. only the model
-    for serving on another strategy (notebook 08). A directory means its latest committed
-    checkpoint; a missing one raises :class:`CheckpointNotFoundError`.
-    """
-    import tensorflow as tf
-
-    if source is None:
-        raise CheckpointNotFoundError(
-            "no checkpoint path given (None): tf.train.Checkpoint.restore(None) would restore "
-            "nothing and keep the fresh weights without a word"
-        )
-    source = os.fspath(source)
-    if os.path.isdir(source):
-        path = latest_checkpoint(source)
-        if path is None:
-            raise CheckpointNotFoundError(
-                f"no committed checkpoint in {source} (no '{STATE_FILE}' state file naming one). "
-                "If this run may start from scratch, ask latest_checkpoint(directory) first: "
-                "None means there is nothing to restore."
-            )
-    else:
-        path = source
-        if not _complete(path):
-            found = checkpoint_files(path) or "none"
-            raise CheckpointNotFoundError(
-                f"no complete checkpoint at {path} (files found: {found}); a checkpoint path is "
-                "the prefix without suffix, e.g. .../ckpt-8"
-            )
-    saved = checkpoint_contents(path)
-    try:
-        status = checkpoint.restore(path)
-    except (ValueError, tf.errors.InvalidArgumentError) as err:
-        raise CheckpointMismatchError(
-            f"{path} does not fit the objects restored into it: {str(err).splitlines()[0]} "
-            "It was written by a model of another shape (layer sizes, input shape, classes)."
-        ) from err
-    try:
-        status.assert_existing_objects_matched()
-    except AssertionError as err:
-        status.expect_partial()  # the error says it all; no second warning when status is freed
-        raise CheckpointMismatchError(
-            f"{path} holds {saved}, but these variables found no value in it: "
-            f"{_unmatched(str(err))}. The names passed to tf.train.Checkpoint(...) or the "
-            "model's structure differ from the program that wrote it."
-        ) from err
-    if partial:
-        status.expect_partial()  # silences the warning about the values deliberately left unused
-    else:
-        try:
-            status.assert_consumed()
-        except AssertionError as err:
-            status.expect_partial()
-            raise CheckpointMismatchError(
-                f"{path} holds values that nothing here takes: {_unmatched(str(err))}. To "
-                "restore only part of it (e.g. the model without its optimizer), pass "
-                "partial=True."
-            ) from err
-    return path
-
-
-def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int = 4096) -> list[str]:
-    """Leave in ``directory`` what a save killed half-way leaves: partial files of ``ckpt-number``.
-
-    The data writer's temporary folder with a truncated shard, and a truncated data file with
-    no index, just as if the process died before ``CheckpointManager`` committed the save. The
-    state file is not touched. Returns the names created. For notebook 08 and the tests.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointNotFoundError(f"{directory} is not a directory")
-    prefix = f"ckpt-{number}"
-    if (directory / f"{prefix}.index").exists():
-        raise ValueError(f"{prefix} already exists in {directory}; pick a new number")
-    garbage = os.urandom(size)
-    temp = directory / f"{prefix}_temp"
-    temp.mkdir(exist_ok=True)
-    (temp / "part-00000-of-00001.data-00000-of-00001").write_bytes(garbage)
-    (directory / f"{prefix}.data-00000-of-00001").write_bytes(garbage[: size // 2])
-    return [f"{prefix}_temp/", f"{prefix}.data-00000-of-00001"]
 
 
 def fit_backup_callbacks(backup_dir: str | os.PathLike, steps_per_epoch: int) -> list:

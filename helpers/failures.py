@@ -2,9 +2,8 @@
 
 Each :class:`KnownFailure` is recognised by stable fragments of the text users posted (the
 sources name the threads), so an exception, pip's output or a log line can be turned into the
-fix: :func:`recognise` finds the row, :func:`explain` says it in a sentence. ``helpers.connect``
-explains a failed TPU start with it, the install routes explain a failed pip run, and the
-self-test records which rows it met. Notebook 01 shows the table (:func:`markdown_table`).
+fix: :func:`recognise` finds the row, :func:`explain` says it in a sentence. The install routes
+explain a failed pip run with it, and the self-test records which rows it met. Notebook 01 shows the table (:func:`markdown_table`).
 
 Two conditions are looked for before anything fails: another library of this process already
 holding the TPU (:func:`tpu_owner_in_process`), and a Keras release with the known
@@ -130,7 +129,7 @@ FAILURES: tuple[KnownFailure, ...] = (
         "bare-tpu-resolver",
         (r"Please provide a TPU Name to connect to",),
         "TPUClusterResolver() was given no TPU name; on a TPU VM the name is 'local'",
-        "TPUClusterResolver(tpu='local'), which helpers.connect() uses",
+        "TPUClusterResolver(tpu='local'), which the reference script's connect() uses",
         ("googlecolab/colabtools#4637", "tensorflow/tensorflow#70827"),
     ),
 )

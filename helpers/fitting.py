@@ -4,8 +4,8 @@
 - :func:`scaled_learning_rate`: the learning rate grows with the global batch;
 - :func:`steps_per_execution_for`: how many steps ``fit`` may run per call on *this* strategy;
 - :func:`whole_executions`: an epoch's steps as a whole number of those calls (Keras rounds up);
-- :func:`single_device_evaluation` and :func:`check_loss_parity`: proof that distribution did not
-  change the loss;
+- :func:`single_device_evaluation`: the loss on one device, to prove that distribution did not
+  change it (the self-test's fit check);
 - :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
 
 Notebook 03 writes the learning-rate rule and the whole-call epoch in plain TensorFlow, and takes
@@ -25,11 +25,9 @@ from helpers import timing
 from helpers._arguments import positive_int
 
 __all__ = [
-    "check_loss_parity",
     "cross_device_ops_name",
     "Evaluation",
     "FitTiming",
-    "LossMismatchError",
     "scaled_learning_rate",
     "single_device_evaluation",
     "steps_per_execution_for",
@@ -113,6 +111,8 @@ def cross_device_ops_name(strategy) -> str | None:
 def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
     """Pick ``steps_per_execution`` for ``model.compile`` on ``strategy``; return it and why.
 
+    The rule is the reference script's ``train_tpu.fit_steps_per_execution``:
+
     - ``TPUStrategy``: ``wanted``. Each call from the host costs more than a small step on the
       TPU, so running many steps per call is the main speed knob (unverified on hardware here).
     - One replica: ``wanted``; fewer Python round trips.
@@ -124,17 +124,21 @@ def steps_per_execution_for(strategy, wanted: int = 32) -> StepsChoice:
     Returns a ``(value, reason)`` named tuple.
     Taught in notebook 03.
     """
+    import train_tpu
+
     positive_int("steps_per_execution", wanted)
     replicas = strategy.num_replicas_in_sync
     name = type(strategy).__name__
-    if strategy_kind(strategy) == "tpu":
+    # The rule is the reference script's (its part "fit"); the reasons and the cross-device
+    # ops with which several steps do run on 2+ replicas are what this adds.
+    if train_tpu.fit_steps_per_execution(strategy, wanted) == wanted:
+        if replicas == 1:
+            return StepsChoice(wanted, f"one replica: {wanted} steps per call save Python overhead")
         return StepsChoice(
             wanted,
             f"{name}: {wanted} steps per host call hide the host round trip "
             "(the main speed knob on a TPU; unverified on hardware here)",
         )
-    if replicas == 1:
-        return StepsChoice(wanted, f"one replica: {wanted} steps per call save Python overhead")
     ops = cross_device_ops_name(strategy)
     if ops in _LOOP_SAFE_CROSS_DEVICE_OPS:
         return StepsChoice(
@@ -225,46 +229,6 @@ def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
     loss = float(-log_probs[np.arange(len(y)), y].mean())
     accuracy = float((logits.argmax(axis=1) == y).mean())
     return Evaluation(loss, accuracy, len(y))
-
-
-class LossMismatchError(AssertionError):
-    """The distributed loss is not finite or differs from the one-device reference."""
-
-
-def check_loss_parity(
-    distributed: float, reference: float, *, replicas: int, rtol: float = 1e-4
-) -> float:
-    """Require the loss that ``fit``/``evaluate`` reported on ``replicas`` replicas to equal
-    the one-device ``reference`` up to ``rtol``; return their relative difference.
-
-    Raises :class:`LossMismatchError` naming the likely cause: NaN or infinity, or a factor of
-    the replica count (a bug that older Keras 3 releases had under distribution). Notebook 03.
-    """
-    if not rtol > 0:
-        raise ValueError(f"rtol must be positive, got {rtol!r}")
-    distributed, reference = float(distributed), float(reference)
-    if not math.isfinite(distributed):
-        raise LossMismatchError(f"the distributed loss is {distributed}: not a finite number")
-    if not math.isfinite(reference) or reference <= 0:
-        raise ValueError(f"the reference loss must be a positive finite number, got {reference}")
-    gap = abs(distributed - reference) / reference
-    if gap <= rtol:
-        return gap
-    ratio = distributed / reference
-    hint = ""
-    if replicas > 1 and (
-        math.isclose(ratio, replicas, rel_tol=0.01)
-        or math.isclose(ratio, 1 / replicas, rel_tol=0.01)
-    ):
-        hint = (
-            f" The ratio is {ratio:.3g}, about the replica count ({replicas}) or its inverse: "
-            "the loss is being summed or divided once per replica (a bug of older Keras 3 "
-            "releases; update Keras, or check how a custom step scales its loss)."
-        )
-    raise LossMismatchError(
-        f"loss on {replicas} replicas {distributed:.6g} differs from the one-device "
-        f"evaluation {reference:.6g} (relative difference {gap:.3g} > {rtol:g}).{hint}"
-    )
 
 
 @dataclass(frozen=True)

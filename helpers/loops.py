@@ -14,16 +14,14 @@ The step function follows the rules a TPU needs:
 replicas and on one, the same model must end with the same weights. Notebook 04 ends with the same
 check as a few plain lines to paste (``weights_after``, ``compare``) and runs both.
 
-The multi-step loop is the reference script's (``train_tpu.many_steps``); notebook 04 shows the
-script's step and evaluation and trains with them. :func:`make_train_steps`,
-:func:`make_eval_steps` and :func:`predict` remain for the lessons not yet rewritten around the
-script (twins of its parts "step" and "evaluation", to be removed when no lesson calls them).
+The step and the multi-step loop are the reference script's (``train_tpu.make_train_step``,
+``train_tpu.many_steps``, shown by notebook 04); :func:`make_train_steps` calls them.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,9 +35,7 @@ __all__ = [
     "check_replica_equivalence",
     "compare_runs",
     "Equivalence",
-    "make_eval_steps",
     "make_train_steps",
-    "predict",
     "reference_strategy",
     "ReplicaMismatchError",
 ]
@@ -56,13 +52,6 @@ def build_optimizer(strategy, optimizer, model):
     with strategy.scope():
         optimizer.build(model.trainable_variables)
     return optimizer
-
-
-def _default_loss():
-    import keras
-
-    # reduction="none": one loss per example, so the step decides how to average them.
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
 
 def _many_steps(strategy, replica_step):
@@ -91,101 +80,16 @@ def _many_steps(strategy, replica_step):
     return call
 
 
-def make_train_steps(
-    strategy,
-    model,
-    optimizer,
-    global_batch_size: int,
-    loss_fn=None,
-    *,
-    metrics: Sequence = (),
-    average_loss: Callable | None = None,
-):
-    """Return ``train_steps(iterator, steps) -> mean loss`` running ``steps`` steps per call.
+def make_train_steps(strategy, model, optimizer, global_batch_size: int):
+    """``train_steps(iterator, steps) -> mean loss``: the reference script's step and loop.
 
-    ``iterator`` comes from ``iter(strategy.experimental_distribute_dataset(ds))`` (or
-    ``distribute_datasets_from_function``); ``loss_fn(labels, logits)`` must return one loss per
-    example (default: sparse categorical cross-entropy on logits). ``metrics`` (Keras metrics
-    created in ``strategy.scope()``) are updated with ``(labels, logits)`` inside each replica;
-    read them with ``result()`` after the call and clear them with ``reset_state()``.
-
-    ``average_loss(per_example_losses, global_batch_size)`` turns one replica's losses into the
-    scalar it differentiates; the default, ``tf.nn.compute_average_loss``, divides by the global
-    batch. Notebook 04 replaces it with a per-replica mean to show the bug that causes.
+    ``train_tpu.make_train_step`` (each replica's loss averaged over the global batch) run by
+    ``train_tpu.many_steps`` (``steps`` steps per call); ``steps`` may be a Python int.
     Taught in notebooks 06, 11.
     """
-    import tensorflow as tf
+    import train_tpu
 
-    loss_fn = loss_fn or _default_loss()
-    average_loss = average_loss or (
-        lambda per_example, batch: tf.nn.compute_average_loss(per_example, global_batch_size=batch)
-    )
-
-    def replica_step(images, labels):
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = average_loss(loss_fn(labels, logits), global_batch_size)
-            if model.losses:  # regularisation: scaled by 1 / replicas, then summed over replicas
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        for metric in metrics:
-            metric.update_state(labels, logits)
-        return loss
-
-    return _many_steps(strategy, replica_step)
-
-
-def make_eval_steps(
-    strategy, model, global_batch_size: int, loss_fn=None, *, metrics: Sequence = ()
-):
-    """Return ``eval_steps(iterator, steps) -> mean loss``: the training step without training.
-
-    The model runs with ``training=False`` (dropout off), nothing is differentiated, and
-    ``metrics`` are updated inside each replica exactly as in :func:`make_train_steps`.
-    The loss is averaged over the global batch, so it equals a single-device evaluation.
-    """
-    import tensorflow as tf
-
-    loss_fn = loss_fn or _default_loss()
-
-    def replica_step(images, labels):
-        logits = model(images, training=False)
-        for metric in metrics:
-            metric.update_state(labels, logits)
-        per_example = loss_fn(labels, logits)
-        return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-
-    return _many_steps(strategy, replica_step)
-
-
-def predict(strategy, model, x: np.ndarray, global_batch_size: int) -> np.ndarray:
-    """Run ``model`` on every row of ``x`` across the replicas; return the outputs in order.
-
-    A TPU needs every batch to have the same shape, so ``x`` is padded up to a whole number of
-    global batches and the padding is cut off again afterwards. Each replica's outputs are
-    collected with ``strategy.gather`` (all replicas, on every host; concatenated in replica
-    order, which is the order of the global batch).
-    """
-    import tensorflow as tf
-
-    per_replica_batch(global_batch_size, strategy.num_replicas_in_sync)
-    x = np.asarray(x)
-    if len(x) == 0:
-        raise ValueError("nothing to predict: x is empty")
-    padding = -len(x) % global_batch_size
-    padded = np.concatenate([x, np.zeros((padding, *x.shape[1:]), x.dtype)])
-    ds = tf.data.Dataset.from_tensor_slices(padded).batch(global_batch_size, drop_remainder=True)
-
-    @tf.function
-    def predict_step(images):
-        per_replica = strategy.run(lambda batch: model(batch, training=False), args=(images,))
-        return strategy.gather(per_replica, axis=0)
-
-    outputs = [
-        predict_step(batch).numpy() for batch in strategy.experimental_distribute_dataset(ds)
-    ]
-    return np.concatenate(outputs)[: len(x)]
+    return _many_steps(strategy, train_tpu.make_train_step(model, optimizer, global_batch_size))
 
 
 class ReplicaMismatchError(AssertionError):

@@ -19,8 +19,8 @@ module holds what notebook 06 measures:
   with every other clock and are importable from here, as notebook 06 calls them;
 - :func:`fill_caches`: one full pass over each pipeline that caches, before it is timed;
 - :func:`input_wait_fraction`: how much of a step is spent waiting for input;
-- :func:`autoshard_preview`, :func:`files_for_host` and :func:`shard_plan`: how files are split
-  over the workers or hosts that read them.
+- :func:`autoshard_preview` and :func:`shard_plan`: how files are split over the workers or
+  hosts that read them (the reference script's ``host_files`` gives each host its own).
 
 TensorFlow is imported inside the functions, never at module level.
 """
@@ -46,7 +46,6 @@ __all__ = [
     "build_pipeline",
     "check_roundtrip",
     "decode",
-    "files_for_host",
     "fill_caches",
     "input_wait_fraction",
     "parse",
@@ -86,7 +85,7 @@ def to_photos(images: np.ndarray, size: int) -> np.ndarray:
     The lessons' images are tiny (Fashion-MNIST's are 28x28); decoding them costs almost nothing,
     unlike the photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
     decoding and augmentation work.
-    Taught in notebooks 00, 11.
+    Taught in notebook 11.
     """
     import tensorflow as tf
 
@@ -401,26 +400,6 @@ def autoshard_preview(dataset, policy: str, num_workers: int) -> list[list]:
         list(tf_internals.auto_shard(dataset, num_workers, w).as_numpy_iterator())
         for w in range(num_workers)
     ]
-
-
-def files_for_host(files: Sequence[str], input_context) -> list[str]:
-    """The files one host reads, given its ``tf.distribute.InputContext`` (notebook 06).
-
-    Each of the ``num_input_pipelines`` hosts takes every n-th file, starting at its
-    ``input_pipeline_id``: the hosts read disjoint files that together cover all of them. A host
-    with no file would have nothing to feed its TPU cores, so that raises.
-    """
-    import tensorflow as tf
-
-    files = list(files)
-    hosts, host = input_context.num_input_pipelines, input_context.input_pipeline_id
-    if len(files) < hosts:
-        raise ValueError(
-            f"{len(files)} file(s) for {hosts} hosts: each host needs at least one file; "
-            "write at least as many files as hosts (better, several per host)"
-        )
-    shard = tf.data.Dataset.from_tensor_slices(files).shard(hosts, host)
-    return [f.decode() for f in shard.as_numpy_iterator()]
 
 
 def shard_plan(

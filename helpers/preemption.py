@@ -1,35 +1,29 @@
-"""A training run that survives being killed, and the tools to kill it (notebook 08).
+"""A ``fit`` run with Keras' ``BackupAndRestore`` that is killed and resumed (notebook 08's aside).
 
-The run itself is a program of its own, started in a new process so that it can really be
-killed (SIGKILL: no exception, no ``finally``, no chance to save)::
+The run is a program of its own, started in a new process so that it can really be killed
+(SIGKILL: no exception, no ``finally``, no chance to save)::
 
-    python -m helpers._programs.preemptible --mode custom --workdir /tmp/run --epochs 3
+    python -m helpers._programs.preemptible --mode fit --workdir /tmp/run --epochs 3
 
-``--mode fit`` trains with ``model.fit`` and Keras' ``BackupAndRestore``; ``--mode custom`` with
-a restartable loop (``tf.train.CheckpointManager``, restore the latest, continue; notebook 08
-kills the reference script ``train_tpu.py`` itself instead, with ``helpers.save_faults``). Run the same command
-again after a kill and it continues from the last checkpoint; run it after it finished and it
-does nothing more.
+It trains the reference script's model on the script's pipeline with the script's
+``compile_for_fit``, plus ``BackupAndRestore``. The custom loop's resume is the script's own
+(``train_tpu.checkpointing``/``restore``; notebook 08 kills ``train_tpu.py`` itself with
+``helpers.save_faults``). Run the same command again after a kill and it continues from the
+last backup; run it after it finished and it does nothing more.
 
 Progress goes to ``WORKDIR/progress.jsonl``, one JSON object per line, written and flushed as it
-happens, so a parent process can follow the run. ``hold_at`` makes the run stop and wait at a
-chosen point (after that training step, or inside the checkpoint save at that step, after the
-checkpoint's files are written and before they are committed) so that the parent's kill lands
-at the same place in every run; a real preemption lands anywhere, and the recovery must not care
-where. ``crash_at`` with ``crash_in`` makes the custom loop SIGKILL itself inside the save at that
-step, in one phase of ``helpers.save_faults.PHASES``, or at a random instant of it. A restarted
-run first repairs what the kill left (``helpers.checkpoints.repair``).
+happens, so a parent process can follow the run. ``hold_at`` makes the run stop and wait after
+that training step, so that the parent's kill lands at the same place in every run; a real
+preemption lands anywhere, and the recovery must not care where.
 
 This module is the parent's side: :class:`RunConfig`, :func:`command`, :func:`run_until_killed`,
-:func:`run_to_end`, :func:`read_progress` and :func:`summarize`, and the pieces notebook 08 also
-uses in its own process, :func:`build` (model and optimizer) and :func:`resumable_dataset`. The
-program is :mod:`helpers._programs.preemptible`. TensorFlow and Keras are imported inside the
-functions that need them, so a parent that only starts and reads runs never loads them.
+:func:`run_to_end`, :func:`read_progress` and :func:`summarize`. The program is
+:mod:`helpers._programs.preemptible`. A parent that only starts and reads runs never loads
+TensorFlow.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -39,35 +33,24 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-import numpy as np
-
-from helpers import batches, data, loops, models, processes
+from helpers import processes
 from helpers._arguments import positive_int
 
 __all__ = [
-    "CRASH_IN",
-    "HOLD_WHERE",
-    "MODES",
     "Outcome",
     "RunConfig",
     "RunFailed",
-    "build",
     "command",
     "read_progress",
-    "resumable_dataset",
     "run_to_end",
     "run_until_killed",
     "summarize",
-    "weights_digest",
 ]
 
 PROGRAM = "helpers._programs.preemptible"  # what the child process runs: python -m PROGRAM
 
-MODES = ("fit", "custom")
-HOLD_WHERE = ("after-step", "before-commit")
-CRASH_IN = ("random", "shards", "merge", "commit", "rename", "sweep", "restate")  # save_faults
+MODES = ("fit",)  # the custom loop's kill and resume is the script's (notebook 08)
 LOG_NAME = "progress.jsonl"
-TRAIN_IMAGES = 8192  # Fashion-MNIST training images the runs draw their batches from
 
 
 @dataclass
@@ -83,63 +66,22 @@ class RunConfig:
     steps_per_epoch: int = 8
     per_replica_batch: int = 8
     replicas: int = 8
-    steps_per_call: int = 2  # custom loop: steps per tf.function call
-    save_every: int = 0  # custom loop: checkpoint every N steps; 0 = at the end of each epoch
     learning_rate: float = 1e-3
     seed: int = 0
-    hold_at: int | None = None
-    hold_where: str = "after-step"
+    hold_at: int | None = None  # wait to be killed after this training step
     hold_timeout: float = 600.0  # a held run nobody kills exits with an error after this
-    step_delay: float = 0.0  # seconds of sleep after each training call: a slower run to kill
+    step_delay: float = 0.0  # seconds of sleep after each step: a slower run to kill
     require_checkpoint: bool = False
-    crash_at: int | None = None  # custom loop: SIGKILL itself inside the save at this step ...
-    crash_in: str = "random"  # ... in this phase of it, or at a random instant
-    crash_seed: int = 0
-    crash_window: float = (
-        0.05  # random: the kill comes within this many seconds of the save's start
-    )
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.hold_where not in HOLD_WHERE:
-            raise ValueError(f"hold_where must be one of {HOLD_WHERE}, got {self.hold_where!r}")
-        for name in (
-            "epochs",
-            "steps_per_epoch",
-            "per_replica_batch",
-            "replicas",
-            "steps_per_call",
-        ):
-            value = getattr(self, name)
-            positive_int(name, value)
+        for name in ("epochs", "steps_per_epoch", "per_replica_batch", "replicas"):
+            positive_int(name, getattr(self, name))
         if self.step_delay < 0:
             raise ValueError(f"step_delay must be 0 or more seconds, got {self.step_delay}")
-        if self.save_every < 0:
-            raise ValueError(
-                f"save_every must be 0 (each epoch) or positive, got {self.save_every}"
-            )
         if self.hold_at is not None and not 1 <= self.hold_at <= self.total_steps:
             raise ValueError(f"hold_at must be a step in 1..{self.total_steps}, got {self.hold_at}")
-        if self.crash_window <= 0:
-            raise ValueError(f"crash_window must be positive seconds, got {self.crash_window}")
-        if self.crash_in not in CRASH_IN:
-            raise ValueError(f"crash_in must be one of {CRASH_IN}, got {self.crash_in!r}")
-        if self.crash_at is not None:
-            save_step = self.crash_at % self.save_interval == 0 or self.crash_at == self.total_steps
-            if self.mode != "custom" or not 1 <= self.crash_at <= self.total_steps or not save_step:
-                raise ValueError(
-                    f"crash_at needs mode='custom' and a checkpoint step (a multiple of "
-                    f"{self.save_interval}, or {self.total_steps}), got {self.crash_at}"
-                )
-        if self.hold_where == "before-commit":
-            if self.mode != "custom":
-                raise ValueError("hold_where='before-commit' needs mode='custom'")
-            if self.hold_at is not None and self.hold_at % self.save_interval:
-                raise ValueError(
-                    f"hold_where='before-commit' needs hold_at at a checkpoint step (a multiple "
-                    f"of {self.save_interval}), got {self.hold_at}"
-                )
 
     @property
     def total_steps(self) -> int:
@@ -147,81 +89,11 @@ class RunConfig:
 
     @property
     def global_batch(self) -> int:
-        return batches.plan_batch(self.per_replica_batch, self.replicas).global_batch
-
-    @property
-    def save_interval(self) -> int:
-        return self.save_every or self.steps_per_epoch
+        return self.per_replica_batch * self.replicas
 
     @property
     def log_path(self) -> Path:
         return Path(self.workdir) / LOG_NAME
-
-
-def resumable_dataset(
-    x,
-    y,
-    global_batch: int,
-    steps_per_epoch: int,
-    epochs: int,
-    *,
-    first_step: int = 0,
-    seed: int = 0,
-):
-    """Batches for global steps ``first_step`` .. ``epochs * steps_per_epoch``, in a fixed order.
-
-    The order is a pure function of ``seed`` and the step: epoch ``e`` is a NumPy permutation
-    seeded with ``(seed, e)``, computed before TensorFlow sees it. So a run restarted at step
-    ``k`` sees exactly the batches an uninterrupted run sees from step ``k`` on, and the steps
-    before ``k`` cost nothing (their indices are simply not generated). TensorFlow's own shuffle
-    is avoided on purpose: its order also depends on the global seed, which other code in the
-    process may set. This stands in for checkpointing the iterator, which ``tf.distribute``'s
-    distributed iterators do not support (notebook 08 shows the error).
-    """
-    import tensorflow as tf
-
-    if steps_per_epoch * global_batch > len(x):
-        raise ValueError(
-            f"{steps_per_epoch} steps of {global_batch} examples need {steps_per_epoch * global_batch}"
-            f" examples per epoch; only {len(x)} are available"
-        )
-    first_epoch, skip = divmod(first_step, steps_per_epoch)
-    per_epoch = steps_per_epoch * global_batch
-    orders = [
-        np.random.default_rng([seed, epoch]).permutation(len(x))[:per_epoch]
-        for epoch in range(first_epoch, epochs)
-    ]
-    indices = np.concatenate(orders)[skip * global_batch :] if orders else np.zeros(0, np.int64)
-    images, labels = tf.constant(x), tf.constant(y)
-    ds = tf.data.Dataset.from_tensor_slices(indices.astype(np.int64))
-    ds = ds.batch(global_batch, drop_remainder=True)
-    ds = ds.map(lambda i: (tf.gather(images, i), tf.gather(labels, i)))
-    return ds.prefetch(tf.data.AUTOTUNE)
-
-
-def weights_digest(model) -> str:
-    """A short SHA-256 of all the model's weights: equal digests mean bit-identical weights."""
-    digest = hashlib.sha256()
-    for weight in model.get_weights():
-        digest.update(weight.tobytes())
-    return digest.hexdigest()[:16]
-
-
-def build(config: RunConfig, strategy):
-    """Model and optimizer, created in ``strategy.scope()`` (the optimizer built, see loops.py).
-
-    Notebook 08's own process builds the same model as the runs it kills.
-    """
-    import keras
-
-    # The first TRAIN_IMAGES of Fashion-MNIST: more than an epoch of the lesson's runs draws from,
-    # and each program (and each resumable_dataset) copies them once, so kept small.
-    images = data.load_images("fashion_mnist", max_train=TRAIN_IMAGES)
-    with strategy.scope():
-        model = models.build_classifier(images.image_shape, images.num_classes, seed=config.seed)
-        optimizer = keras.optimizers.Adam(config.learning_rate)
-    loops.build_optimizer(strategy, optimizer, model)
-    return images, model, optimizer
 
 
 def command(config: RunConfig, *, defaults: bool = True) -> list[str]:
@@ -324,13 +196,9 @@ def run_until_killed(
     return Outcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
 
 
-def run_to_end(
-    config: RunConfig, *, timeout: float = 300.0, env: dict | None = None, crash: bool = False
-) -> Outcome:
+def run_to_end(config: RunConfig, *, timeout: float = 300.0, env: dict | None = None) -> Outcome:
     """Run ``config`` in a new process to its end; :class:`RunFailed` unless it exits with 0.
 
-    With ``crash``, the end expected is the process killing itself (``config.crash_at``): then
-    :class:`RunFailed` unless it died of SIGKILL.
     Taught in notebook 08.
     """
     start = time.monotonic()
@@ -341,9 +209,8 @@ def run_to_end(
         raise _failure(f"the run did not finish within {timeout:.0f} s", proc, config) from None
     finally:
         processes.stop([proc])  # never left running
-    expected = -signal.SIGKILL if crash else 0
-    if proc.returncode != expected:
-        raise _failure(f"the run ended with exit {proc.returncode}, not {expected}", proc, config)
+    if proc.returncode != 0:
+        raise _failure(f"the run ended with exit {proc.returncode}, not 0", proc, config)
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
     return Outcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
 

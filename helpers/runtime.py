@@ -145,7 +145,7 @@ def unusable_tpu_message(
     )
     fallback = (
         "This check stops instead of quietly training on the CPU. To learn on the CPU anyway, "
-        "call helpers.connect(..., allow_cpu_fallback=True)."
+        "use a runtime without a TPU: there the lessons run on a simulated TPU."
     )
     try:
         route = routes.choose_route(platform, python)

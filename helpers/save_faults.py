@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from helpers import tf_internals
 
-__all__ = ["PHASES", "crash", "interrupt_save", "kill_script", "SaveInterrupted", "sigkill"]
+__all__ = ["PHASES", "crash", "interrupt_save", "kill_script", "SaveInterrupted"]
 
 PHASES = ("shards", "merge", "commit", "rename", "sweep", "restate")
 

@@ -2,8 +2,8 @@
 
 Each function names the private module it calls and why the public API cannot do it here: the
 lessons show on a CPU what public calls do only on a ``TPUStrategy`` (which needs TPU hardware),
-and a few helpers need what TensorFlow does not publish (the checkpoint state file, the object
-graph of a checkpoint, the XLA sharding proto, the auto-shard rewrite). Private import paths can
+and a few helpers need what TensorFlow does not publish (the checkpoint state file, the XLA
+sharding proto, the auto-shard rewrite). Private import paths can
 move between TensorFlow releases; the unit tests run every function on each stack's TensorFlow,
 so a move shows there first, and a test fails on a private import anywhere else in helpers/.
 """
@@ -15,7 +15,6 @@ import numpy as np
 __all__ = [
     "assign_to_logical_device",
     "auto_shard",
-    "checkpoint_object_graph",
     "omit_retracing_warning",
     "replicate_to_logical_devices",
     "save_steps",
@@ -103,18 +102,6 @@ def save_steps() -> dict[str, tuple[object, str]]:
         "rename": (file_io, "rename"),
         "delete": (checkpoint_management, "_delete_file_if_exists"),
     }
-
-
-def checkpoint_object_graph(serialized: bytes):
-    """The ``TrackableObjectGraph`` proto stored in a checkpoint (``helpers.checkpoints``, 08).
-
-    The public ``tf.train.load_checkpoint`` returns it serialized; its proto class is internal.
-    """
-    from tensorflow.core.protobuf import trackable_object_graph_pb2
-
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(serialized)
-    return graph
 
 
 def auto_shard(dataset, num_workers: int, index: int):

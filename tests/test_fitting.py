@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -42,9 +40,14 @@ class _Extended:
 
 
 def _fake_strategy(class_name: str, replicas: int, ops_class: str | None = None):
+    """An object of a subclass of tf.distribute's ``class_name``, its constructor never run."""
+    import tensorflow as tf
+
     ops = type(ops_class, (), {})() if ops_class else None
-    cls = type(class_name, (), {"num_replicas_in_sync": replicas, "extended": _Extended(ops)})
-    return cls()
+    base = getattr(tf.distribute, class_name)
+    fields = {"num_replicas_in_sync": replicas, "extended": _Extended(ops)}
+    cls = type(class_name, (base,), fields)
+    return object.__new__(cls)
 
 
 def test_one_replica_keeps_the_wanted_steps():
@@ -157,57 +160,6 @@ def test_single_device_evaluation_refuses_bad_input():
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
         with pytest.raises(RuntimeError, match="outside"):
             fitting.single_device_evaluation(model, x, y)
-
-
-def test_evaluate_on_replicas_matches_single_device(run_python):
-    run_python(
-        """
-        import numpy as np, keras, tensorflow as tf
-        import helpers
-        from helpers import fitting, models
-        strategy = helpers.connect(4)
-        rng = np.random.default_rng(1)
-        x = rng.random((96, 4, 4, 1), dtype=np.float32)
-        y = rng.integers(0, 10, 96).astype(np.int32)
-        with strategy.scope():
-            model = models.build_classifier((4, 4, 1))
-            model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          metrics=["accuracy"])
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32, drop_remainder=True)
-        model.fit(ds.repeat(), steps_per_epoch=3, verbose=0)
-        loss, accuracy = model.evaluate(ds, verbose=0)
-        ref = fitting.single_device_evaluation(model, x, y)
-        gap = fitting.check_loss_parity(loss, ref.loss, replicas=4)
-        assert gap < 1e-4 and abs(accuracy - ref.accuracy) < 1e-6, (loss, accuracy, ref)
-        print("ok")
-        """,
-        env=NO_TPU,
-    )
-
-
-# -------------------------------------------------------------------- check_loss_parity
-def test_loss_parity_returns_the_relative_gap():
-    assert fitting.check_loss_parity(1.00001, 1.0, replicas=8) == pytest.approx(1e-5)
-    assert fitting.check_loss_parity(2.0, 2.0, replicas=8) == 0.0
-
-
-def test_loss_parity_names_a_replica_count_factor():
-    with pytest.raises(fitting.LossMismatchError, match="replica count"):
-        fitting.check_loss_parity(8 * 0.7, 0.7, replicas=8)
-    with pytest.raises(fitting.LossMismatchError, match="replica count"):
-        fitting.check_loss_parity(0.7 / 8, 0.7, replicas=8)
-
-
-def test_loss_parity_other_failures():
-    with pytest.raises(fitting.LossMismatchError, match="not a finite number"):
-        fitting.check_loss_parity(math.nan, 0.7, replicas=8)
-    with pytest.raises(fitting.LossMismatchError, match="differs") as err:
-        fitting.check_loss_parity(0.8, 0.7, replicas=8)
-    assert "replica count" not in str(err.value)
-    with pytest.raises(ValueError, match="reference loss"):
-        fitting.check_loss_parity(0.7, math.inf, replicas=8)
-    with pytest.raises(ValueError, match="rtol"):
-        fitting.check_loss_parity(0.7, 0.7, replicas=8, rtol=0)
 
 
 # ----------------------------------------------------------------------------- time_fit

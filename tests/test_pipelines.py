@@ -343,24 +343,6 @@ def test_autoshard_preview_rejects_bad_arguments(files, policy, workers, message
         pipelines.autoshard_preview(_by_index(files), policy, workers)
 
 
-def _context(hosts, host):
-    return tf.distribute.InputContext(
-        num_input_pipelines=hosts, input_pipeline_id=host, num_replicas_in_sync=8 * hosts
-    )
-
-
-def test_files_for_host_are_disjoint_and_complete():
-    names = [f"train-{i:05d}.tfrecord" for i in range(10)]
-    per_host = [pipelines.files_for_host(names, _context(3, h)) for h in range(3)]
-    assert per_host[0] == names[0::3] and per_host[2] == names[2::3]
-    assert sorted(f for files in per_host for f in files) == names
-
-
-def test_files_for_host_needs_a_file_per_host():
-    with pytest.raises(ValueError, match="2 file\\(s\\) for 4 hosts"):
-        pipelines.files_for_host(["a", "b"], _context(4, 0))
-
-
 def test_shard_plan():
     assert pipelines.shard_plan(5e9) == 10  # 10 files per host, 500 MB each
     assert pipelines.shard_plan(5e9, hosts=4) == 40  # 125 MB each

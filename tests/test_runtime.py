@@ -101,7 +101,7 @@ def test_tpu_hinted_but_unusable_raises_with_the_fix(no_tpu_env, monkeypatch):
     message = str(err.value)
     assert "CPU-only build" in message
     assert "pip install tensorflow-tpu==2.19.1" in message
-    assert "restart" in message and "allow_cpu_fallback=True" in message
+    assert "restart" in message and "simulated TPU" in message
 
 
 def test_kaggle_installs_the_fix_and_asks_for_a_restart(no_tpu_env, monkeypatch):

@@ -204,3 +204,14 @@ def test_bar_labels_use_the_tables_number_format_and_no_line_crosses_them():
         (_, low), (_, high) = to_data.transform([(box.x0, box.y0), (box.x1, box.y1)])
         assert not low <= line <= high, label.get_text()
         assert high <= ax.get_ylim()[1]
+
+
+def test_plot_samples_titles_one_image_per_class():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    x = np.zeros((6, 28, 28, 1), "float32")
+    fig = plots.plot_samples(x, np.array([2, 0, 2, 1, 0, 1]), ("a", "b", "c"))
+    assert [ax.get_title() for ax in fig.axes] == ["0: a", "1: b", "2: c"]
+    fig = plots.plot_samples(x, np.array([2, 0, 2, 1, 0, 1]), ("a", "b", "c"), count=2)
+    assert len(fig.axes) == 2

@@ -1,9 +1,12 @@
-"""helpers.strategy.connect(): the simulated TPU, re-runs, bad input and unusable TPUs.
+"""helpers.connect() calls the reference script's connect(): the simulated TPU, re-runs, bad input,
+TPU hardware (pretended) and unusable TPUs.
 
 Each case runs in a fresh interpreter, because TensorFlow fixes its devices when it starts.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from conftest import NO_TPU
@@ -77,7 +80,8 @@ def test_one_replica_and_tensorflow_started_before_connect(run_python):
     run_python(
         """
         import tensorflow as tf, helpers
-        from helpers.strategy import StrategyError, _CHOSEN
+        import train_tpu
+        from helpers.strategy import StrategyError
         tf.constant(1.0) + 1.0  # starts the runtime with one CPU device
         try:
             helpers.connect(8)
@@ -85,7 +89,7 @@ def test_one_replica_and_tensorflow_started_before_connect(run_python):
             assert "before any other TensorFlow code" in str(err), err
         else:
             raise SystemExit("no error")
-        assert not _CHOSEN  # nothing was cached by the failed call
+        assert not train_tpu._CONNECTED  # nothing was cached by the failed call
         s = helpers.connect(1)  # one device needs no split: it works
         assert s.num_replicas_in_sync == 1
         assert helpers.describe().kind == "one device"
@@ -100,58 +104,71 @@ def test_one_replica_and_tensorflow_started_before_connect(run_python):
     )
 
 
-def test_tpu_hinted_with_a_cpu_build_raises_then_falls_back_to_one_device_when_asked(
-    run_python,
-):
-    """The real failure: initialize_tpu_system on a CPU-only TensorFlow."""
+def test_tpu_hinted_with_a_cpu_build_raises_with_one_sentence(run_python):
+    """The real failure: initialize_tpu_system on a CPU-only TensorFlow. Never a CPU fallback."""
     run_python(
         """
-        import warnings, helpers
+        import helpers
         from helpers import runtime
-        # Pretend the package metadata looked fine, so connect() really tries the TPU.
-        runtime.tensorflow_tpu_support = lambda: runtime.TPUSupport(None, "unknown")
-        # JAX already holds the TPU in this process (its private backends dict says so): refused
-        # before TensorFlow touches the TPU, with the reason.
-        import sys, types
-        import tensorflow  # first: it looks into a JAX module it finds loaded
-        sys.modules["jax._src.xla_bridge"] = types.SimpleNamespace(_backends={"tpu": None})
         try:
             helpers.connect(8)
         except runtime.TPUUnusableError as err:
-            assert "JAX already holds the TPU" in str(err), str(err)
-        else:
-            raise SystemExit("connected beside JAX")
-        del sys.modules["jax._src.xla_bridge"]
-        try:
-            helpers.connect(8)
-        except runtime.TPUUnusableError as err:
-            text = str(err)  # the real error of a CPU build, explained
-            assert "has no TPU support" in text and "colabtools#5203" in text, text
-            route = runtime.routes.choose_route("local")  # the route for this interpreter
-            assert "ISTPUVM=1" in text and route.commands[-1] in text, text
+            text = str(err)
+            assert "ISTPUVM=1" in text and "tensorflow-tpu" in text, text
         else:
             raise SystemExit("fell back silently")
-        # The failed TPU start started TensorFlow's runtime: the fallback is one CPU device.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            s = helpers.connect(8, allow_cpu_fallback=True)
-        assert s.num_replicas_in_sync == 1
         """,
         env={**NO_TPU, "ISTPUVM": "1"},
     )
 
 
-def test_tpu_hinted_known_unusable_can_fall_back_when_asked(run_python):
-    out = run_python(
-        """
-        import warnings, helpers
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            s = helpers.connect(8, allow_cpu_fallback=True)
-        assert s.num_replicas_in_sync == 8, s.num_replicas_in_sync
-        assert any("continuing on the CPU" in str(w.message) for w in caught)
-        print("ok")
-        """,
-        env={**NO_TPU, "ISTPUVM": "1"},
-    ).stdout
-    assert "ok" in out
+# The script's connect on pretended TPU hardware: TensorFlow's four TPU entry points replaced by
+# recorders. The calls, their argument and their order are lesson 01's, and a second connect()
+# makes none (a second initialize_tpu_system can lose the TPU's variables, tensorflow#31961).
+ON_TPU = """
+import json, os
+os.environ["ISTPUVM"] = "1"  # a sign of TPU hardware (train_tpu.TPU_SIGNS)
+import tensorflow as tf
+import helpers, train_tpu
+
+calls = []
+
+
+class Resolver:
+    def __init__(self, tpu=None):
+        self.tpu = tpu
+        calls.append(["TPUClusterResolver", tpu])
+
+
+class Strategy:
+    num_replicas_in_sync = 8
+
+    def __init__(self, resolver):
+        calls.append(["TPUStrategy", resolver.tpu])
+
+    extended = type("Extended", (), {"worker_devices": [f"/device:TPU:{i}" for i in range(8)]})
+
+
+tf.distribute.cluster_resolver.TPUClusterResolver = Resolver
+tf.config.experimental_connect_to_cluster = (
+    lambda r: calls.append(["experimental_connect_to_cluster", r.tpu]))
+tf.tpu.experimental.initialize_tpu_system = (
+    lambda r: calls.append(["initialize_tpu_system", r.tpu]))
+tf.distribute.TPUStrategy = Strategy
+first = helpers.connect(8)
+second = train_tpu.connect(8)
+print("RESULT" + json.dumps(dict(calls=calls, same=first is second, signs=train_tpu.tpu_signs(),
+                                 kind=helpers.describe(first).kind)))
+"""
+
+
+def test_connect_on_tpu_hardware_makes_the_four_calls_once(run_python):
+    out = run_python(ON_TPU, env=NO_TPU).stdout
+    result = json.loads(out.split("RESULT", 1)[1])
+    assert result["calls"] == [
+        ["TPUClusterResolver", "local"],
+        ["experimental_connect_to_cluster", "local"],
+        ["initialize_tpu_system", "local"],
+        ["TPUStrategy", "local"],
+    ]
+    assert result["same"] and "ISTPUVM=1" in result["signs"] and result["kind"] == "TPU"

@@ -1,42 +1,33 @@
-"""The training program that notebook 08 kills: run only in a child process.
+"""The ``fit`` run that notebook 08's aside kills: run only in a child process.
 
-``python -m helpers._programs.preemptible --mode custom --workdir DIR ...`` trains with a
-restartable custom loop (:func:`train_resumable`; ``--mode fit``: Keras ``fit`` with
-``BackupAndRestore``), resumes from the last checkpoint when started again, and logs
-every event to ``DIR/progress.jsonl``, flushed at once, so a SIGKILL loses nothing written. The
-parent side, and what each option means, is :mod:`helpers.preemption`.
+``python -m helpers._programs.preemptible --mode fit --workdir DIR ...`` trains the reference
+script's model on its pipeline with Keras ``fit`` and ``BackupAndRestore``, resumes from the last
+backup when started again, and logs every event to ``DIR/progress.jsonl``, flushed at once, so a
+SIGKILL loses nothing written. The parent side, and what each option means, is
+:mod:`helpers.preemption`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import hashlib
 import json
 import os
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
-from helpers import checkpoints, data, processes, save_faults
+from helpers import checkpoints, processes
 from helpers.checkpoints import CheckpointNotFoundError
-from helpers.preemption import (
-    CRASH_IN,
-    HOLD_WHERE,
-    MODES,
-    RunConfig,
-    build,
-    weights_digest,
-)
-from helpers.strategy import simulated_tpu
+from helpers.preemption import MODES, RunConfig
 
 # TensorFlow and Keras are imported where they are first needed: a run asked to continue with
 # nothing to resume fails before they load (seconds instead of a TensorFlow start-up).
 
 __all__: list[str] = []  # a program, not a library: nothing here is for import elsewhere but tests
+
+TRAIN_IMAGES = 8192  # Fashion-MNIST training images written for the runs (more than they draw)
 
 
 class ProgressLog:
@@ -62,194 +53,53 @@ class ProgressLog:
         os._exit(3)
 
 
-class NullLog:
-    def write(self, event, **values):
-        pass
-
-    def hold(self, timeout, **values):
-        raise RuntimeError("hold_at needs a progress log (run the module as a program)")
-
-
-def cpu_strategy(replicas: int):
-    # Always the CPU: on a TPU VM the notebook that launches this program owns the TPU, and two
-    # processes cannot share it. One replica is a plain device, more are simulated replicas.
-    import tensorflow as tf
-
-    if replicas == 1:
-        return tf.distribute.OneDeviceStrategy("/cpu:0")
-    return simulated_tpu(tf, replicas)
+def weights_digest(model) -> str:
+    """A short SHA-256 of all the model's weights: equal digests mean bit-identical weights."""
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(weight.tobytes())
+    return digest.hexdigest()[:16]
 
 
-def restore_latest(ckpt_dir, require_checkpoint=False, **objects):
-    """A checkpoint of `objects` and its manager in ckpt_dir, restored from its latest save."""
-    import tensorflow as tf
-
-    checkpoint = tf.train.Checkpoint(**objects)
-    manager = tf.train.CheckpointManager(checkpoint, str(ckpt_dir), max_to_keep=3)
-    if manager.latest_checkpoint:  # every saved value must find its variable, and vice versa
-        checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-    elif require_checkpoint:  # a restarted job must never start again from step 0 unnoticed
-        raise FileNotFoundError(f"no checkpoint in {ckpt_dir} to resume from")
-    return manager
-
-
-def train_resumable(run, model, optimizer, strategy, ckpt_dir, x, y, report=None, save=None):
-    """Restore the latest checkpoint in ckpt_dir if there is one, then train to the end."""
-    import tensorflow as tf
-
-    from helpers import loops
-    from helpers.preemption import resumable_dataset
-
-    report = report or (lambda event, **values: None)  # the killed program logs each event
-    save = save or (lambda manager, step: manager.save(checkpoint_number=step))
-    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-    objects = dict(model=model, optimizer=optimizer, step=step)
-    manager = restore_latest(ckpt_dir, run.require_checkpoint, **objects)
-    done = int(step.numpy())
-    report("start", start_step=done, resumed_from=manager.latest_checkpoint)
-    # The data order is a function of the step: a restart at step k sees the batches from k on.
-    dataset = resumable_dataset(
-        x, y, run.global_batch, run.steps_per_epoch, run.epochs, first_step=done, seed=run.seed
-    )
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    train_steps = loops.make_train_steps(strategy, model, optimizer, run.global_batch)
-    while done < run.total_steps:  # each call: up to steps_per_call steps, never past a save,
-        ends = (run.save_interval, run.steps_per_epoch, run.total_steps)  # an epoch end, the end
-        n = min(run.steps_per_call, *(end - done % end for end in ends))
-        loss = float(train_steps(iterator, tf.constant(n)))
-        done = int(step.assign_add(n).numpy())
-        report("step", step=done, steps=n, loss=loss)
-        if done % run.save_interval == 0 or done == run.total_steps:
-            save(manager, done)
-    return manager
-
-
-def train_custom(config: RunConfig, strategy, log: ProgressLog | None = None) -> dict:
-    """The restartable custom loop (:func:`train_resumable`), with a log.
-
-    First repairs what a kill inside a save left behind, then runs that loop, logging
-    each step, checkpoint and epoch end, and holding or crashing where ``config`` says. Can also
-    run inside a caller's process (without ``log``). Returns the final state.
+def connect_on_the_cpu(replicas: int):
+    """The script's connect, on the CPU: the notebook that started this run holds the TPU, and
+    two processes cannot share it.
     """
-    log = log or NullLog()
-    images, model, optimizer = build(config, strategy)
-    ckpt_dir = Path(config.workdir) / "checkpoints"
-    repaired = checkpoints.repair(ckpt_dir)  # what a kill inside a save left behind
-    if repaired.changed:
-        log.write("repair", dropped=repaired.dropped, removed=repaired.removed)
-    hold_commit = config.hold_where == "before-commit" and config.hold_at is not None
-    held = False
-    last_loss = [None]  # the loss of the latest step, for the epoch_end event
+    import train_tpu
 
-    def hold_after(done):  # the after-step hold: once, at the first step at or past hold_at
-        nonlocal held
-        if config.hold_at is not None and done >= config.hold_at and not (hold_commit or held):
-            held = True
-            log.hold(config.hold_timeout, step=done, where="after-step")
-
-    def report(event, **values):
-        if event == "start":
-            log.write("start", mode="custom", **values)
-            return
-        done = values["step"]
-        last_loss[0] = values["loss"]
-        time.sleep(config.step_delay)
-        epoch = (done - 1) // config.steps_per_epoch
-        log.write("step", epoch=epoch, **values)
-        saves = done % config.save_interval == 0 or done == config.total_steps
-        if saves:
-            return  # the epoch end and the hold come after the save, in logged_save
-        if done % config.steps_per_epoch == 0:
-            log.write("epoch_end", epoch=epoch, step=done, loss=values["loss"])
-        hold_after(done)
-
-    def logged_save(manager, step):
-        start = time.perf_counter()
-        path = save(manager, step, config, log, hold_commit)
-        log.write("checkpoint", step=step, path=path, seconds=round(time.perf_counter() - start, 4))
-        if step % config.steps_per_epoch == 0:  # an epoch has finished once its save is done
-            epoch = (step - 1) // config.steps_per_epoch
-            log.write("epoch_end", epoch=epoch, step=step, loss=last_loss[0])
-        hold_after(step)
-
-    if config.require_checkpoint and checkpoints.latest_checkpoint(ckpt_dir) is None:
-        raise CheckpointNotFoundError(
-            f"no committed checkpoint in {ckpt_dir}, and this run was asked to continue one"
-        )
-    manager = train_resumable(
-        config,
-        model,
-        optimizer,
-        strategy,
-        ckpt_dir,
-        images.x_train,
-        images.y_train,
-        report=report,
-        save=logged_save,
-    )
-    result = {
-        "step": int(manager.checkpoint.step.numpy()),
-        "optimizer_iterations": int(optimizer.iterations.numpy()),
-        "digest": weights_digest(model),
-        "checkpoint": manager.latest_checkpoint,
-    }
-    log.write("done", **result)
-    return {**result, "model": model}
+    train_tpu.tpu_signs = lambda: []  # the TPU's signs are the parent's, not this process's
+    return train_tpu.connect(replicas)
 
 
-def save(manager, step: int, config: RunConfig, log, hold_commit: bool) -> str:
-    """``manager.save``; held or killed inside it when the config says so at this step."""
+def train_fit(config: RunConfig, strategy, log: ProgressLog) -> dict:
+    """The script's model, pipeline and ``compile_for_fit``, with ``BackupAndRestore`` (via
+    :func:`helpers.checkpoints.fit_backup_callbacks`).
 
-    block = contextlib.nullcontext()
-    if hold_commit and step == config.hold_at:  # wait for the parent's kill before the commit
-        files = lambda: sorted(os.listdir(manager.directory))  # noqa: E731
-        hold = lambda phase: log.hold(  # noqa: E731
-            config.hold_timeout, step=step, where="before-commit", files=files()
-        )
-        block = save_faults.interrupt_save("commit", hold)
-    elif config.crash_at == step and config.crash_in != "random":
-        log.write("crash", step=step, phase=config.crash_in)
-        block = save_faults.interrupt_save(config.crash_in, save_faults.sigkill)
-    elif config.crash_at == step:  # a random instant from the start of the save on ...
-        rng = np.random.default_rng([config.crash_seed, step])
-        delay = float(rng.uniform(0, config.crash_window))
-        log.write("crash", step=step, phase="random", delay=round(delay, 5))
-        threading.Timer(delay, save_faults.sigkill).start()
-        manager.save(checkpoint_number=step)
-        time.sleep(config.crash_window)  # ... to just after it, never in a later save
-        raise RuntimeError(f"the random kill did not come within {config.crash_window} s")
-    with block:
-        return manager.save(checkpoint_number=step)
-
-
-def train_fit(config: RunConfig, strategy, log: ProgressLog | None = None) -> dict:
-    """``model.fit`` with ``BackupAndRestore`` (via :func:`helpers.checkpoints.fit_backup_callbacks`).
-
-    ``steps_per_execution`` keeps its default of 1: with 2 or more replicas, values above 1 fail
-    in Keras 3 under ``MirroredStrategy`` (see the field notes in notebook 03).
+    ``steps_per_execution`` stays 1: with 2 or more replicas, values above 1 fail in Keras 3
+    under ``MirroredStrategy`` (the script's ``fit_steps_per_execution`` says so).
     """
     import keras
+    import tensorflow as tf
 
-    log = log or NullLog()
-    images, model, optimizer = build(config, strategy)
-    with strategy.scope():
-        model.compile(
-            optimizer,
-            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+    import train_tpu
+
     backup_dir = Path(config.workdir) / "backup"
     if config.require_checkpoint and not (backup_dir / "training_metadata.json").exists():
-        raise checkpoints.CheckpointNotFoundError(
+        raise CheckpointNotFoundError(
             f"no backup in {backup_dir}, and this run was asked to continue one"
         )
-    dataset = data.make_dataset(
-        images.x_train,
-        images.y_train,
-        config.global_batch,
-        replicas=config.replicas,
+    keras.utils.set_random_seed(config.seed)
+    model, optimizer = train_tpu.build(strategy, config.learning_rate, seed=config.seed)
+    train_tpu.compile_for_fit(strategy, model, optimizer, 1)
+    (x_train, y_train), _ = train_tpu.load_fashion_mnist()
+    folder = str(Path(config.workdir) / "data")
+    train = {"train": (x_train[:TRAIN_IMAGES], y_train[:TRAIN_IMAGES])}  # fit evaluates nothing
+    train_tpu.write_tfrecords(folder, train)  # once: a restart finds them complete
+    one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)  # global batches, as --fit
+    dataset = train_tpu.train_dataset(
+        folder, one_pipeline, config.global_batch, config.steps_per_epoch, config.epochs,
         seed=config.seed,
-    )
+    )  # fmt: skip
 
     class Progress(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
@@ -280,6 +130,7 @@ def train_fit(config: RunConfig, strategy, log: ProgressLog | None = None) -> di
         dataset,
         epochs=config.epochs,
         steps_per_epoch=config.steps_per_epoch,
+        shuffle=False,  # the pipeline's own seeded order
         callbacks=[*callbacks, Progress()],
         verbose=0,
     )
@@ -290,27 +141,18 @@ def train_fit(config: RunConfig, strategy, log: ProgressLog | None = None) -> di
         "checkpoint": str(backup_dir),
     }
     log.write("done", **result)
-    return {**result, "model": model}
+    return result
 
 
 def fail_early_if_nothing_to_resume(config: RunConfig) -> None:
-    """A run asked to continue, with nothing at all to continue from, fails before it starts.
-
-    Only the plain case is decided here (no checkpoint folder or no files in it; no backup
-    metadata for ``fit``); anything else, a damaged folder included, is for the training code,
-    which repairs and reads what is there.
-    """
-
-    if not config.require_checkpoint:
-        return
-    folder = Path(config.workdir) / ("backup" if config.mode == "fit" else "checkpoints")
-    if config.mode == "fit":
-        found = (folder / "training_metadata.json").exists()
-    else:
-        found = folder.is_dir() and any(folder.iterdir())
-    if not found:
+    """A run asked to continue, with no backup at all, fails before TensorFlow loads."""
+    if (
+        config.require_checkpoint
+        and not (Path(config.workdir) / "backup" / "training_metadata.json").exists()
+    ):
         raise CheckpointNotFoundError(
-            f"nothing to resume in {folder}, and this run was asked to continue one"
+            f"nothing to resume in {Path(config.workdir) / 'backup'}, and this run was asked "
+            "to continue one"
         )
 
 
@@ -319,25 +161,19 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
         prog="python -m helpers._programs.preemptible", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--workdir", required=True, help="checkpoints and progress.jsonl go here")
-    defaults = RunConfig(mode="custom", workdir="")
-    ints = ("epochs", "steps_per_epoch", "per_replica_batch", "replicas", "steps_per_call")
-    for name in (*ints, "save_every", "seed"):
+    parser.add_argument("--workdir", required=True, help="the backup and progress.jsonl go here")
+    defaults = RunConfig(mode="fit", workdir="")
+    for name in ("epochs", "steps_per_epoch", "per_replica_batch", "replicas", "seed"):
         parser.add_argument(
             "--" + name.replace("_", "-"), type=int, default=getattr(defaults, name)
         )
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--hold-at", type=int, default=None, help="wait to be killed at this step")
-    parser.add_argument("--hold-where", choices=HOLD_WHERE, default="after-step")
     parser.add_argument("--hold-timeout", type=float, default=defaults.hold_timeout)
     parser.add_argument("--step-delay", type=float, default=defaults.step_delay)
     parser.add_argument(
         "--require-checkpoint", action="store_true", help="fail if there is nothing to resume"
     )
-    parser.add_argument("--crash-at", type=int, default=None, help="SIGKILL itself in this save")
-    parser.add_argument("--crash-in", choices=CRASH_IN, default=defaults.crash_in)
-    parser.add_argument("--crash-seed", type=int, default=defaults.crash_seed)
-    parser.add_argument("--crash-window", type=float, default=defaults.crash_window)
     args = parser.parse_args(argv)
     try:
         return RunConfig(**{k.replace("-", "_"): v for k, v in vars(args).items()})
@@ -351,9 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     log = ProgressLog(config.log_path)
     log.write("launch", config=asdict(config))
     fail_early_if_nothing_to_resume(config)  # seconds before TensorFlow would have loaded
-    strategy = cpu_strategy(config.replicas)  # before any other TensorFlow op
-    train = train_custom if config.mode == "custom" else train_fit
-    train(config, strategy, log)
+    train_fit(config, connect_on_the_cpu(config.replicas), log)
     return 0
 
 

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers import data
+import numpy as np
+
 from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Check",
     "CheckResult",
     "Context",
+    "Images",
     "NoStrategy",
     "Outcome",
     "describe_error",
@@ -140,10 +142,44 @@ class Context:
         return self.kind == "TPU"
 
     def images(self):
-        """scikit-learn's bundled digits: real images that need no network."""
+        """Fashion-MNIST through the reference script's part "data" (``load_fashion_mnist``):
+        uint8 ``[N, 28, 28, 1]`` pixels and int32 labels (offline from Debian's package, else
+        Keras' download)."""
         if self._images is None:
-            self._images = data.load_images("digits")
+            import train_tpu
+
+            (x_train, y_train), (x_test, y_test) = train_tpu.load_fashion_mnist()
+            self._images = Images(
+                x_train[..., None],
+                y_train.astype(np.int32),
+                x_test[..., None],
+                y_test.astype(np.int32),
+            )
         return self._images
+
+    def tfrecords(self, train: int, test: int) -> str:
+        """The first ``train`` and ``test`` images written as the script writes its TFRecords
+        (its part "tfrecords"), once per size; returns the folder."""
+        import train_tpu
+
+        images = self.images()
+        folder = str(self.workdir / f"tfrecords-{train}-{test}")
+        splits = {
+            "train": (images.x_train[:train, ..., 0], images.y_train[:train]),
+            "test": (images.x_test[:test, ..., 0], images.y_test[:test]),
+        }
+        train_tpu.write_tfrecords(folder, splits)
+        return folder
+
+
+@dataclass
+class Images:
+    """The self-test's data: uint8 pixels ``[N, 28, 28, 1]`` and int32 labels."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
 
 
 def describe_error(err: BaseException, limit: int = 600) -> str:

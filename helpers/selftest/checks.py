@@ -2,8 +2,9 @@
 
 Each is a short, real run of what a notebook teaches, with the evidence that it worked:
 connect (01), variables on every replica (02), a few ``fit`` steps (03), a custom loop on N
-replicas against one (04), a bfloat16 matmul (05), uint8 pixels into a training step (00, 06) and
-a checkpoint restored onto one device (08).
+replicas against one (04), a bfloat16 matmul (05), uint8 pixels into a training step (05, 06) and
+a checkpoint restored onto one device (08). The connection, model, data, pipeline, step and
+checkpoint are the reference script's parts (``train_tpu``); the checks add the evidence.
 The speed checks are in :mod:`helpers.selftest.speed`.
 
 Each check measures, then hands its evidence to a ``judge_*`` function, which decides the status
@@ -22,7 +23,7 @@ import time
 import numpy as np
 
 import helpers
-from helpers import checkpoints, data, fitting, loops, models, precision, runtime
+from helpers import fitting, loops, precision, runtime
 from helpers.selftest.base import Context, Outcome, judged
 from helpers.strategy import SIMULATED_TPU
 
@@ -52,6 +53,12 @@ TPU_FLOAT32_NOTE = (
     "tolerance widened on the TPU: XLA multiplies float32 matrices in bfloat16 passes by "
     "default (unverified on hardware)"
 )
+
+
+# The fit, replica and checkpoint checks build the script's model in float32 (its --no-bf16):
+# they compare two computations of the same thing, and bfloat16 rounds each a little differently
+# (measured here: 3e-4 of the weights after 3 steps, 6e-3 of the outputs), which would hide the
+# errors they look for. The uint8 check trains the script's default, mixed_bfloat16 model.
 
 
 def _tolerance(context: Context, on_cpu: float) -> tuple[float, tuple[str, ...]]:
@@ -157,12 +164,16 @@ def judge_variables(evidence: dict) -> Outcome:
 
 
 def fit(context: Context, *, loss=None) -> Outcome:
-    """A few ``fit`` steps on every replica: a finite, falling loss, and the loss ``evaluate``
-    reports equals a one-device NumPy evaluation of the same weights (notebook 03). ``loss``
-    replaces the compiled loss (default: cross-entropy on logits, averaged).
+    """A few ``fit`` steps on every replica with the reference script's parts (``build``,
+    ``compile_for_fit``, ``fit_steps_per_execution``, ``train_dataset``): a finite, falling
+    loss, and the loss ``evaluate`` reports equals a one-device NumPy evaluation of the same
+    weights (notebook 03). ``loss`` replaces the compiled loss (default: the script's).
     Run by the self-test of notebook 00.
     """
     import keras
+    import tensorflow as tf
+
+    import train_tpu
 
     strategy = context.need_strategy()
     images = context.images()
@@ -171,24 +182,25 @@ def fit(context: Context, *, loss=None) -> Outcome:
     steps = context.size(6, 30)
     # At least three calls, so that the loss is logged three times (once per call).
     choice = fitting.steps_per_execution_for(strategy, steps // 3)
-    with strategy.scope():
-        model = models.build_classifier(images.image_shape, seed=11)
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-2),
-            loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            steps_per_execution=choice.value,
-        )
+    tests = 4 * global_batch  # whole batches: the padding's weight 0 plays no part here
+    folder = context.tfrecords(steps * global_batch, tests)
+    model, optimizer = train_tpu.build(strategy, 1e-2, bf16=False, seed=11)  # float32: see above
+    train_tpu.compile_for_fit(strategy, model, optimizer, choice.value)
+    if loss is not None:
+        with strategy.scope():
+            model.compile(optimizer=optimizer, loss=loss, steps_per_execution=choice.value)
     losses = []  # Keras' running mean of the epoch's loss, after each call
     record = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"]))
     )
-    train = data.make_dataset(images.x_train, images.y_train, global_batch, replicas=replicas)
+    one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)  # global batches, as --fit
+    train = train_tpu.train_dataset(folder, one_pipeline, global_batch, steps, 1)
     # One epoch: each new epoch costs a new distributed iterator, which is slow on many replicas.
     model.fit(train, epochs=1, steps_per_epoch=steps, callbacks=[record], verbose=0)
-    n = len(images.x_test) // global_batch * global_batch
-    x, y = images.x_test[:n], images.y_test[:n]
-    test = data.make_dataset(x, y, global_batch, replicas=replicas, training=False)
-    distributed = float(np.ravel(model.evaluate(test, verbose=0))[0])
+    test = train_tpu.eval_dataset(folder, one_pipeline, global_batch, tests // global_batch)
+    test = test.map(lambda images, labels, weights: (images, labels))
+    distributed = float(np.ravel(model.evaluate(test, steps=tests // global_batch, verbose=0))[0])
+    x, y = images.x_test[:tests], images.y_test[:tests]
     reference = fitting.single_device_evaluation(model, x, y)
     rtol, notes = _tolerance(context, 1e-4)
     evidence = {
@@ -235,8 +247,9 @@ def judge_fit(evidence: dict, notes=()) -> Outcome:
 
 
 def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
-    """A custom ``strategy.run`` loop on every replica ends with the same weights as the same
-    loop on one replica (notebook 04). ``make_steps`` replaces the loop under test.
+    """The reference script's step and loop (``make_train_step``, ``many_steps``) on every
+    replica end with the same weights as on one replica (notebook 04). ``make_steps`` replaces
+    the loop under test.
     Run by the self-test of notebook 00.
     """
     strategy = context.need_strategy()
@@ -247,11 +260,13 @@ def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
             "one replica (e.g. a v5e-1): there is no second replica count to compare with",
             {"replicas": 1},
         )
+    import train_tpu
+
     images = context.images()
     rtol, notes = _tolerance(context, 1e-3)
     result = loops.check_replica_equivalence(
         strategy,
-        lambda: models.build_classifier(images.image_shape, seed=7),
+        lambda: train_tpu.build_model(bf16=False, seed=7),  # in each scope; float32
         images.x_train,
         images.y_train,
         8 * replicas,
@@ -353,31 +368,30 @@ def judge_bfloat16(evidence: dict) -> Outcome:
 
 
 def uint8_input(context: Context, *, dtype=None) -> Outcome:
-    """uint8 pixels fed into ``fit`` steps under the strategy, scaled on the device by the
-    model's first layer (the recipe of notebooks 00 and 06): the step takes them, the loss is
+    """uint8 pixels from the reference script's pipeline fed into ``fit`` steps of its model,
+    scaled on the device by the model's first layer (notebooks 05 and 06): the step takes them, the loss is
     finite and the weights move. In 2020 TensorFlow's TPU team answered "uint8, which isn't
     supported on TPU. You can cast to uint32" (tensorflow/tensorflow#37426); XLA has supported u8
     on TPU since August 2020 (jax-ml/jax#4011). Whether TPUStrategy takes uint8 today is
     unverified on hardware: a report from a TPU answers it; the fallback is to cast on the host.
     ``dtype`` replaces the uint8 fed to the step. Run by the self-test of notebook 00.
     """
-    import keras
+    import tensorflow as tf
+
+    import train_tpu
 
     strategy = context.need_strategy()
-    images = context.images()
     replicas, global_batch = context.replicas, 16 * context.replicas
     steps = context.size(2, 6)
     choice = fitting.steps_per_execution_for(strategy, steps)
-    pixels = np.round(images.x_train * 255).astype(dtype or np.uint8)
-    with strategy.scope():
-        model = models.build_classifier(images.image_shape, seed=31, input_dtype="uint8")
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-2),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            steps_per_execution=choice.value,
-        )
+    folder = context.tfrecords(steps * global_batch, global_batch)
+    model, optimizer = train_tpu.build(strategy, 1e-2, seed=31)  # uint8 in, scaled on the device
+    train_tpu.compile_for_fit(strategy, model, optimizer, choice.value)
     before = model.get_weights()
-    train = data.make_dataset(pixels, images.y_train, global_batch, replicas=replicas)
+    one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)
+    train = train_tpu.train_dataset(folder, one_pipeline, global_batch, steps, 1)
+    if dtype is not None:
+        train = train.map(lambda images, labels: (tf.cast(images, dtype), labels))
     history = model.fit(train, epochs=1, steps_per_epoch=steps, verbose=0)
     evidence = {
         "fed_dtype": train.element_spec[0].dtype.name,
@@ -387,7 +401,8 @@ def uint8_input(context: Context, *, dtype=None) -> Outcome:
         "steps_per_execution": choice.value,
         "loss": float(history.history["loss"][-1]),
         "largest_update": _max_difference(model.get_weights(), before),
-        "fallback": "cast to float32 on the host (tensorflow/tensorflow#37426)",
+        "fallback": "cast to float32 on the host: train_tpu.py --cast-on-host "
+        "(tensorflow/tensorflow#37426)",
     }
     return judge_uint8_input(evidence)
 
@@ -411,32 +426,35 @@ def judge_uint8_input(evidence: dict) -> Outcome:
 
 
 def checkpoint(context: Context, *, restore=None) -> Outcome:
-    """Save a model that lives on the strategy, restore it into a model built with no strategy
-    on one device: the same weights and the same outputs (notebook 08). ``restore`` replaces
-    ``helpers.checkpoints.restore`` (same arguments). Run by the self-test of notebook 00.
+    """Save a model that lives on the strategy with the reference script's ``checkpointing``
+    and ``save_checkpoint``, then ``restore`` it into the same model built on one device with
+    no strategy: the same weights and the same outputs (notebook 08). ``restore`` replaces
+    ``train_tpu.restore`` (same arguments). Run by the self-test of notebook 00.
     """
-    import keras
     import tensorflow as tf
+
+    import train_tpu
 
     strategy = context.need_strategy()
     images = context.images()
     global_batch = 8 * context.replicas
-    with strategy.scope():
-        model = models.build_classifier(images.image_shape, seed=21)
-        optimizer = keras.optimizers.Adam(1e-2)
-    loops.build_optimizer(strategy, optimizer, model)
+    order = [21, global_batch, 0]  # what the save belongs to: the restore checks it
+    model, optimizer = train_tpu.build(strategy, 1e-2, bf16=False, seed=21)  # float32: see above
     rng = np.random.default_rng(21)
     for variable in model.trainable_variables:  # new values on every replica, as training makes
         variable.assign(variable + rng.normal(0, 0.1, variable.shape).astype(np.float32))
-    _, manager = checkpoints.make_checkpoint(
-        context.workdir / "checkpoint", model=model, optimizer=optimizer
-    )
-    path = manager.save()
+    folder = str(context.workdir / "checkpoint")
+    manager, step, _ = train_tpu.checkpointing(folder, model, optimizer, order)
+    step.assign(1)
+    path = train_tpu.save_checkpoint(manager, 1)
     saved = model.get_weights()
-    with tf.device("/cpu:0"):
-        served = models.build_classifier(images.image_shape, seed=22)  # other initial weights
+    one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
+    served, served_optimizer = train_tpu.build(one_device, 1e-2, bf16=False, seed=22)
     before = _max_difference(served.get_weights(), saved)
-    (restore or checkpoints.restore)(tf.train.Checkpoint(model=served), path, partial=True)
+    served_manager, served_step, served_order = train_tpu.checkpointing(
+        folder, served, served_optimizer, order
+    )
+    restored_step = (restore or train_tpu.restore)(served_manager, served_step, served_order)
     after = _max_difference(served.get_weights(), saved)
     x = images.x_test[:global_batch]
     expected = _replica_outputs(strategy, model, x, global_batch)
@@ -445,13 +463,14 @@ def checkpoint(context: Context, *, restore=None) -> Outcome:
     rtol, notes = _tolerance(context, 1e-5)
     evidence = {
         "checkpoint": path,
+        "restored_step": restored_step,
         "weights_before_restore_max_difference": before,
         "weights_after_restore_max_difference": after,
         "output_relative_difference": float(
             np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-12)
         ),
         "output_tolerance": rtol,
-        "restored_on": "/cpu:0, no strategy",
+        "restored_on": "/cpu:0 (OneDeviceStrategy)",
     }
     return judge_checkpoint(evidence, notes)
 
@@ -485,8 +504,8 @@ def judge_checkpoint(evidence: dict, notes=()) -> Outcome:
 def _replica_outputs(strategy, model, x, global_batch: int) -> np.ndarray:
     """The model's outputs for one global batch, computed by the replicas, in example order.
 
-    Like ``loops.predict`` but collected on the host (``experimental_local_results``) instead
-    of by ``strategy.gather``, whose first all-gather takes seconds on the simulated TPU.
+    Collected on the host (``experimental_local_results``) rather than by ``strategy.gather``,
+    whose first all-gather takes seconds on the simulated TPU.
     """
     import tensorflow as tf
 

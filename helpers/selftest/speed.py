@@ -29,7 +29,6 @@ __all__ = [
     "judge_recipes",
     "keras_recipes",
     "matmul_rate",
-    "mnist_shaped",
     "recipe_model",
     "recipes",
     "time_recipes",
@@ -51,7 +50,7 @@ def input_pipeline(context: Context, *, build=None) -> Outcome:
     images = context.images()
     count = context.size(512, len(images.x_train))
     batch = context.size(64, 128)
-    photos = pipelines.to_photos(images.x_train[:count], context.size(48, 96))
+    photos = pipelines.to_photos(images.x_train[:count] / 255, context.size(48, 96))
     files = pipelines.write_tfrecords(
         photos, images.y_train[:count], context.workdir / "tfrecords", num_shards=4
     )
@@ -75,7 +74,7 @@ def input_pipeline(context: Context, *, build=None) -> Outcome:
         "cpu_work_saving": naive.cpu_us_per_example / fast.cpu_us_per_example,
         "batch_size": batch,
         "batch_shape": [None if d is None else int(d) for d in shape.as_list()],
-        "photos": f"{count} PNG digits of {photos.shape[1]} px, cropped to {out_size} px",
+        "photos": f"{count} PNG images of {photos.shape[1]} px, cropped to {out_size} px",
     }
     return judge_input_pipeline(evidence)
 
@@ -184,15 +183,6 @@ def _against_target(evidence: dict, measured: str, met: bool, words, note: str) 
     return judged(problems, f"{measured}, {words[1]}", evidence, (note,))
 
 
-def mnist_shaped(images, count: int):
-    """``count`` real digits (a ``data.Images``) enlarged to MNIST's 28x28 uint8 pixels, the set
-    repeated to reach ``count``, and their labels: the classic recipe's data, offline.
-    """
-    pixels = pipelines.to_photos(images.x_train, 28)
-    order = np.resize(np.arange(len(pixels)), count)
-    return pixels[order], images.y_train[order]
-
-
 def recipes(replicas: int, pixels: np.ndarray, labels: np.ndarray, spe: int) -> list[dict]:
     """The stages from the classic Keras recipe to the collection's, each a dict with ``name``,
     ``change`` (over the stage before), ``input_dtype``, ``steps_per_execution`` and its
@@ -288,7 +278,8 @@ def keras_recipes(context: Context) -> Outcome:
     strategy = context.need_strategy()
     replicas = context.replicas
     global_batch = PER_REPLICA_BATCH * replicas
-    pixels, labels = mnist_shaped(context.images(), context.size(4096, CLASSIC_SHUFFLE))
+    images, count = context.images(), context.size(4096, CLASSIC_SHUFFLE)
+    pixels, labels = images.x_train[:count], images.y_train[:count]  # Fashion-MNIST's uint8
     # On a TPU, whole calls of 32 steps and enough of them that per-epoch costs do not dominate;
     # on a CPU, few: every step runs all the replicas on the host's cores.
     steps = context.size(64, 256) if context.on_tpu else context.size(4, 40)

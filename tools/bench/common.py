@@ -1,5 +1,5 @@
 """What every measurement shares: the settings of each mode, report rows, progress output, and
-the training setups (the digits, MNIST-shaped images, the custom loop of notebook 04)."""
+the training setups (the digits, the lessons' Fashion-MNIST, the custom loop of notebook 04)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class Settings:
     steps_per_call: int = 50  # steps per tf.function call (custom loop) and per fit execution
     fit_steps: int = 200  # steps in each timed fit() epoch
     lesson_steps: int = 32  # steps per timed repetition at the lessons' workload
-    recipe_examples: int = 60_000  # MNIST-shaped examples for the recipes (the classic's 60,000)
+    recipe_examples: int = 60_000  # Fashion-MNIST examples for the recipes (the classic's 60,000)
     recipe_steps: int = 64  # steps per timed fit epoch of each recipe: whole calls of 32 steps
     bf16_hidden: int = 1024  # hidden width of the mixed-precision model: big enough to compute
     pipeline_batches: int = 48  # batches drawn per timed pipeline repetition
@@ -151,10 +151,15 @@ def digits():
 
 
 def lesson_images(count: int):
-    """``count`` MNIST-shaped (28x28 uint8) images and labels: the lessons' data, offline."""
-    from helpers.selftest import speed
+    """``count`` Fashion-MNIST images (uint8 ``[N, 28, 28, 1]``) and int32 labels: the lessons'
+    data, read by the reference script's part "data" (offline from Debian's package)."""
+    import numpy as np
 
-    return speed.mnist_shaped(digits(), count)
+    import train_tpu
+
+    (x, y), _ = train_tpu.load_fashion_mnist()
+    order = np.resize(np.arange(len(x)), count)  # repeated when more are asked for
+    return x[order][..., None], y[order].astype(np.int32)
 
 
 def steps(n: int):

@@ -32,7 +32,7 @@ def task_recipes(strategy, settings: Settings) -> list[dict]:
     for stage in stages:
         say(f"{stage['name']}: {global_batch / timed[stage['name']].median:,.0f} examples/s")
     setting = (
-        f"Keras fit, 28x28 digits, Dense 128, {speed.PER_REPLICA_BATCH} per replica x "
+        f"Keras fit, 28x28 Fashion-MNIST, Dense 128, {speed.PER_REPLICA_BATCH} per replica x "
         f"{replicas} = {global_batch}, {len(pixels):,} examples"
     )
     first, last = stages[0]["name"], stages[-1]["name"]
