@@ -51,7 +51,7 @@ def build_optimizer(strategy, optimizer, model):
     Keras 3 optimizers such as Adam create their slots on the first ``apply_gradients``. Inside
     ``strategy.run`` with 2 or more replicas that first call fails (``fn_with_cond``); building
     first avoids it. Returns the optimizer.
-    Taught in notebooks 06, 10, 11.
+    Taught in notebooks 06, 10.
     """
     with strategy.scope():
         optimizer.build(model.trainable_variables)
@@ -112,7 +112,7 @@ def make_train_steps(
     ``average_loss(per_example_losses, global_batch_size)`` turns one replica's losses into the
     scalar it differentiates; the default, ``tf.nn.compute_average_loss``, divides by the global
     batch. Notebook 04 replaces it with a per-replica mean to show the bug that causes.
-    Taught in notebooks 06, 11.
+    Taught in notebook 06.
     """
     import tensorflow as tf
 

@@ -79,7 +79,7 @@ def connect(
             the CPU instead of raising :class:`helpers.runtime.TPUUnusableError`.
 
     Calling again with the same arguments returns the same strategy object.
-    Taught in notebooks 00, 10, 11.
+    Taught in notebooks 00, 10.
     """
     if isinstance(simulated_replicas, bool) or not isinstance(simulated_replicas, int):
         raise TypeError(f"simulated_replicas must be an int, got {simulated_replicas!r}")
@@ -228,7 +228,7 @@ class StrategyInfo:
 def describe(strategy=None) -> StrategyInfo:
     """Describe ``strategy`` (default: the one :func:`connect` returned in this kernel).
 
-    Taught in notebooks 00, 10, 11.
+    Taught in notebooks 00, 10.
     """
     import keras
     import tensorflow as tf
