@@ -89,7 +89,7 @@ def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
     tiles of 8 x 128: a per-replica batch that is not a multiple of 8 is padded (wasted work), and
     128 rows per replica fill a 128 x 128 matrix unit (a v6e's are 256 x 256: ``tpu_facts``). The
     advice says which case applies.
-    Taught in notebooks 03, 12.
+    Taught in notebook 03.
     """
     for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
         positive_int(label, value)

@@ -75,7 +75,6 @@ def load_images(
     network). MNIST comes from Keras. Where neither the files nor the network are there, this
     prints one notice and returns scikit-learn's bundled 8x8 digits at once, never hanging.
     ``max_train`` and ``max_test`` keep only the first examples (quick runs).
-    Taught in notebooks 11, 12.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")

@@ -60,7 +60,6 @@ def scaled_learning_rate(
     less noisy and a larger step is safe. ``rule="linear"`` multiplies the rate by ``k`` (the usual
     rule for SGD, with warm-up for very large batches); ``rule="sqrt"`` by ``sqrt(k)``, a gentler
     choice often used with Adam.
-    Taught in notebook 12.
     """
     if not (isinstance(base_rate, (int, float)) and math.isfinite(base_rate) and base_rate > 0):
         raise ValueError(f"base_rate must be a positive number, got {base_rate!r}")

@@ -1,19 +1,16 @@
 """Keras 3 on JAX: the collection's training with ``keras.distribution`` instead of TPUStrategy.
 
- Reused from the TensorFlow lessons unchanged, because they never touch
-TensorFlow: :func:`helpers.data.load_images`, :func:`helpers.models.build_classifier` and
-:class:`helpers.loops.Equivalence` (the 8-versus-1 verdict of notebook 04). What differs lives
-here:
+Notebook 12 runs the reference script's data and model parts on JAX (they never touch
+TensorFlow) and keeps :class:`helpers.loops.Equivalence` (the 8-versus-1 verdict of notebook
+04). What differs lives here:
 
 - :func:`configure` runs before Keras or JAX is first imported: it selects the JAX backend,
   simulates devices on a CPU-only host and refuses a process that already imported TensorFlow
   (on a TPU host, TensorFlow and JAX in one process both try to own the TPU);
-- :func:`batches`, a ``keras.utils.PyDataset`` of whole global batches (static shapes), the
-  counterpart of ``data.make_dataset`` without ``tf.data``, with an optional per-host slice;
-- :func:`mesh_shape` and :func:`classifier_layout`, a device mesh and the ``LayoutMap`` that
-  shards the classifier's hidden layer, and :func:`placement`, where an array lives;
+- :func:`mesh_shape`, the (batch, model) axes of a device mesh, and :func:`placement`, where an
+  array lives;
 - :func:`check_device_equivalence`, the same model trained under two distributions from the same
-  weights on the same batches.
+  weights on the same batches (:func:`train_same_batches`).
 
 Nothing here imports TensorFlow; Keras and JAX are imported inside the functions that need
 them, so importing this module never fixes the backend before :func:`configure` ran.
@@ -35,9 +32,7 @@ from helpers.batches import per_replica_batch
 
 __all__ = [
     "accelerator_hints",
-    "batches",
     "check_device_equivalence",
-    "classifier_layout",
     "configure",
     "donation_is_safe",
     "mesh_shape",
@@ -148,24 +143,6 @@ def mesh_shape(devices: int, model: int = 4) -> tuple[int, int]:
     return devices // model, model
 
 
-def classifier_layout(device_mesh, model_axis: str = "model"):
-    """A ``LayoutMap`` for ``models.build_classifier``: the hidden layer split on ``model_axis``.
-
-    The hidden kernel (inputs x hidden) is split by columns and its bias with it, so each device
-    holds ``hidden / model`` units; the logits kernel (hidden x classes) is split by rows to
-    match. Every other variable stays replicated. Keys are regular expressions searched in each
-    variable's path (``classifier/hidden/kernel``). Notebook 12 writes the same map by hand
-    (section 4; tests/test_lesson_code_12.py compares the two).
-    """
-    import keras
-
-    layout = keras.distribution.LayoutMap(device_mesh)
-    layout["hidden/kernel"] = (None, model_axis)
-    layout["hidden/bias"] = (model_axis,)
-    layout["logits/kernel"] = (model_axis, None)
-    return layout
-
-
 def placement(array) -> str:
     """How a JAX array is laid out: its partition spec, when it has one, and its device count.
 
@@ -175,68 +152,6 @@ def placement(array) -> str:
     devices = len(array.sharding.device_set)
     spec = getattr(array.sharding, "spec", None)
     return f"{spec} on {devices} device(s)" if spec is not None else f"on {devices} device(s)"
-
-
-def _batches_base():
-    import keras
-
-    return keras.utils.PyDataset
-
-
-def batches(
-    x: np.ndarray,
-    y: np.ndarray,
-    global_batch_size: int,
-    *,
-    shuffle: bool = True,
-    seed: int = 0,
-    process_index: int = 0,
-    process_count: int = 1,
-):
-    """A ``keras.utils.PyDataset`` of whole global batches, the ``tf.data``-free input pipeline.
-
-    Every batch has the same shape (the remainder is dropped, like ``drop_remainder=True``), so
-    XLA compiles the step once. With ``shuffle`` the order changes every epoch, drawn from
-    ``seed`` and the epoch number, so every host draws the same order. With several hosts
-    (``process_count`` > 1, e.g. ``jax.process_index()``/``jax.process_count()``), each host
-    yields only its slice of each global batch, as Keras on JAX expects of each process.
-    Taught in notebook 12.
-    """
-    per_replica_batch(global_batch_size, process_count)
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index {process_index} not in [0, {process_count})")
-    if len(x) != len(y):
-        raise ValueError(f"{len(x)} inputs but {len(y)} labels")
-    steps = len(x) // global_batch_size
-    if steps < 1:
-        raise ValueError(f"only {len(x)} examples for a global batch of {global_batch_size}")
-    local = global_batch_size // process_count
-    base = _batches_base()
-
-    class Batches(base):
-        def __init__(self):
-            super().__init__()
-            self.epoch = 0
-            self._order = self._draw()
-
-        def _draw(self):
-            if not shuffle:
-                return np.arange(len(x))
-            return np.random.default_rng([seed, self.epoch]).permutation(len(x))
-
-        def __len__(self):
-            return steps
-
-        def __getitem__(self, index):
-            start = index * global_batch_size + process_index * local
-            rows = self._order[start : start + local]
-            return x[rows], y[rows]
-
-        def on_epoch_end(self):
-            self.epoch += 1
-            self._order = self._draw()
-
-    return Batches()
 
 
 # The oldest jaxlib on which sharded training with Keras' donated step state was seen to be right

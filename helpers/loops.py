@@ -47,7 +47,7 @@ def build_optimizer(strategy, optimizer, model):
     Keras 3 optimizers such as Adam create their slots on the first ``apply_gradients``. Inside
     ``strategy.run`` with 2 or more replicas that first call fails (``fn_with_cond``); building
     first avoids it. Returns the optimizer.
-    Taught in notebooks 06, 11.
+    Taught in notebook 06.
     """
     with strategy.scope():
         optimizer.build(model.trainable_variables)
@@ -85,7 +85,7 @@ def make_train_steps(strategy, model, optimizer, global_batch_size: int):
 
     ``train_tpu.make_train_step`` (each replica's loss averaged over the global batch) run by
     ``train_tpu.many_steps`` (``steps`` steps per call); ``steps`` may be a Python int.
-    Taught in notebooks 06, 11.
+    Taught in notebook 06.
     """
     import train_tpu
 

@@ -39,7 +39,7 @@ def build_classifier(
     ``input_dtype="uint8"`` takes raw 8-bit pixels and scales them to [0, 1] in the model's first
     layer, so the host ships a quarter of the bytes of float32 images and the cast runs on the
     accelerator (the TPU self-test's recipe, notebook 00).
-    Taught in notebooks 03, 06, 11, 12.
+    Taught in notebooks 03, 06.
     """
     import keras
 

@@ -47,7 +47,6 @@ def connect(simulated_replicas: int = SIMULATED_REPLICAS):
     ``simulated_replicas``: replicas of the simulated TPU when only a CPU is present (1: one
     CPU device). Calling again with the same count returns the same strategy; another count
     on a CPU raises :class:`StrategyError` (TensorFlow cannot change its devices once started).
-    Taught in notebook 11.
     """
     if isinstance(simulated_replicas, bool) or not isinstance(simulated_replicas, int):
         raise TypeError(f"simulated_replicas must be an int, got {simulated_replicas!r}")
@@ -128,7 +127,7 @@ class StrategyInfo:
 def describe(strategy=None) -> StrategyInfo:
     """Describe ``strategy`` (default: the one connected in this process).
 
-    Taught in notebooks 00, 11.
+    Taught in notebook 00.
     """
     import keras
     import tensorflow as tf

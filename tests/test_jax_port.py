@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from helpers import jax_port
@@ -84,38 +83,6 @@ def test_mesh_shape():
         jax_port.mesh_shape(0)
 
 
-def test_batches_are_whole_reshuffled_and_sliced_per_host():
-    x = np.arange(50, dtype=np.float32)[:, None]
-    y = np.arange(50)
-    ordered = jax_port.batches(x, y, 16, shuffle=False)
-    assert len(ordered) == 3  # 50 // 16: the remainder is dropped
-    assert [b[0].shape for b in (ordered[0], ordered[1], ordered[2])] == [(16, 1)] * 3
-    np.testing.assert_array_equal(ordered[1][1], np.arange(16, 32))
-
-    shuffled = jax_port.batches(x, y, 16, seed=3)
-    first = np.concatenate([shuffled[i][1] for i in range(3)])
-    assert len(set(first)) == 48 and not np.array_equal(first, np.arange(48))
-    shuffled.on_epoch_end()
-    second = np.concatenate([shuffled[i][1] for i in range(3)])
-    assert not np.array_equal(first, second)  # a new order each epoch
-
-    # Two hosts draw the same order and each yields its half of every global batch.
-    hosts = [jax_port.batches(x, y, 16, seed=3, process_index=i, process_count=2) for i in (0, 1)]
-    for index in range(3):
-        halves = [host[index][1] for host in hosts]
-        assert [len(h) for h in halves] == [8, 8]
-        np.testing.assert_array_equal(
-            np.concatenate(halves), jax_port.batches(x, y, 16, seed=3)[index][1]
-        )
-
-    with pytest.raises(ValueError, match="does not split"):
-        jax_port.batches(x, y, 15, process_count=2)
-    with pytest.raises(ValueError, match="only 50 examples"):
-        jax_port.batches(x, y, 64)
-    with pytest.raises(ValueError, match="process_index"):
-        jax_port.batches(x, y, 16, process_index=2, process_count=2)
-
-
 def test_keras_on_jax_without_tensorflow(run_python):
     """What notebook 12 does, small: 8 and 1 simulated devices agree, sharded or not."""
     proc = run_python(
@@ -124,7 +91,7 @@ def test_keras_on_jax_without_tensorflow(run_python):
         from helpers import jax_port
         jax_port.configure(8)
         import jax, keras, numpy as np
-        from helpers import data, fitting, jax_port, loops, models, results  # as notebook 12
+        from helpers import data, jax_port, models
 
         devices = jax.devices()
         assert len(devices) == 8 and keras.backend.backend() == "jax"
@@ -132,9 +99,11 @@ def test_keras_on_jax_without_tensorflow(run_python):
         make = lambda: models.build_classifier(images.image_shape, hidden=256, l2=1e-4)
         one = keras.distribution.DataParallel(devices=devices[:1])
         mesh = keras.distribution.DeviceMesh((2, 4), ("batch", "model"), devices)
-        sharded = keras.distribution.ModelParallel(
-            layout_map=jax_port.classifier_layout(mesh), batch_dim_name="batch"
-        )
+        layout = keras.distribution.LayoutMap(mesh)  # notebook 12's map
+        layout["hidden/kernel"] = (None, "model")
+        layout["hidden/bias"] = ("model",)
+        layout["logits/kernel"] = ("model", None)
+        sharded = keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch")
         out = {}
         for name, dist in (("data", keras.distribution.DataParallel(devices=devices)),
                            ("model", sharded)):

@@ -27,17 +27,18 @@ PROFILED_CALLS = 4
 x = tf.random.stateless_uniform([64, 16], seed=(0, 1))
 batches = tf.data.Dataset.from_tensor_slices((x, tf.range(64))).repeat().batch(8).prefetch(2)
 naive_batches = iter(batches)
-ONE = tf.constant(1.0)
+ONE = tf.constant(1)
 
 
 @tf.function
-def one_step(features, labels, scale):
-    return tf.reduce_sum(tf.matmul(features, features, transpose_b=True)) * scale
+def train_steps(iterator, n):  # stands in for the script's many_steps, called with n = 1
+    features, labels = next(iterator)
+    return tf.reduce_sum(tf.matmul(features, features, transpose_b=True)) * tf.cast(n, tf.float32)
 
 
-one_step(*next(naive_batches), ONE)  # traced before any profile, as in the lesson
+train_steps(naive_batches, ONE)  # traced before any profile, as in the lesson
 lesson = dict(tf=tf, os=os, glob=glob, profile_dir=profile_dir, PROFILED_CALLS=PROFILED_CALLS,
-              one_step=one_step, naive_batches=naive_batches, ONE=ONE)
+              train_steps=train_steps, naive_batches=naive_batches, ONE=ONE)
 exec(CELL, lesson)
 by_hand = profiling.summarize(profiling.extract(lesson["trace_a"]))
 _, extracted = profiling.profile_calls(

@@ -1,9 +1,12 @@
-"""Notebook 12 writes its layout map in plain ``keras.distribution`` calls (cell ``26``), and
-loads Fashion-MNIST with ``helpers.data`` in a process that must never import TensorFlow.
+"""Notebook 12 runs the reference script's data and model parts on JAX, shown in cells
+(``script-part:data``, ``script-part:model``), because importing ``train_tpu`` would import
+TensorFlow into the JAX process.
 
-One child process with the JAX backend: the lesson's cell, as stored, builds the same layout as
-``helpers.jax_port.classifier_layout``; both of ``helpers.data``'s Fashion-MNIST routes (Debian's
-files, and Keras' download, here from a cache made of the same files) give the same arrays; and
+One child process with the JAX backend runs the lesson's cells as stored (the three names the
+parts take from the script's imports part, then the two parts): both of the data part's
+Fashion-MNIST routes (Debian's files, and Keras' download, here from a cache made of the same
+files) give the same arrays; ``build`` takes a ``keras.distribution`` in the strategy's place and
+builds the CNN with its uint8 input, bfloat16 layers, float32 logits and Adam's slots; and
 TensorFlow is still not imported at the end.
 """
 
@@ -16,48 +19,51 @@ from pathlib import Path
 import pytest
 from conftest import _run_python
 
-from helpers import data
-
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "12_keras3_on_jax.ipynb"
-LAYOUT_CELL = "26"
+CELLS = ("script-names", "part-data", "part-model")
+DEBIAN = Path("/usr/share/datasets/fashion-mnist")  # train_tpu.IDX_DIR
 
 SCRIPT = """
-import json, sys
+import json, os, sys
 from helpers import jax_port
 jax_port.configure(8)
 import jax, keras, numpy as np
-from helpers import data
 
-devices = jax.devices()
-lesson = dict(keras=keras, jax_port=jax_port, devices=devices, DEVICES=len(devices), MODEL_AXIS=4)
-exec(CELL, lesson)
-helper = jax_port.classifier_layout(lesson["mesh"])
-mine = lesson["layout_map"]
-layouts = {key: [list(mine[key].axes), list(helper[key].axes)] for key in helper.keys()}
-debian = data.load_images("fashion_mnist")
-downloaded = data._from_keras("fashion_mnist")  # HOME's Keras cache holds the same files
-same = all(np.array_equal(getattr(debian, k), getattr(downloaded, k))
-           for k in ("x_train", "y_train", "x_test", "y_test"))
-print("RESULT" + json.dumps(dict(layouts=layouts, keys=sorted(mine.keys()), helper_keys=sorted(helper.keys()),
-      same=same, train=len(debian.x_train), tensorflow="tensorflow" in sys.modules)))
+lesson = dict(os=os, keras=keras, np=np)
+for cell in CELLS:
+    exec(cell, lesson)
+debian = lesson["load_fashion_mnist"]()
+lesson["IDX_DIR"] = "/nonexistent"  # the route Colab and Kaggle take: Keras' download (cached)
+downloaded = lesson["load_fashion_mnist"]()
+same = all(np.array_equal(a, b) for pair in zip(debian, downloaded) for a, b in zip(*pair))
+model, optimizer = lesson["build"](keras.distribution.DataParallel(devices=jax.devices()), 1e-3)
+logits = model.predict(debian[1][0][:64].reshape(-1, 28, 28, 1), batch_size=64, verbose=0)
+print("RESULT" + json.dumps(dict(
+    same=same, train=len(debian[0][0]), dtype=str(debian[0][0].dtype),
+    input_dtype=str(model.inputs[0].dtype), hidden_dtype=model.layers[2].dtype_policy.name,
+    logits_dtype=str(logits.dtype), logits_shape=list(logits.shape),
+    finite=bool(np.all(np.isfinite(logits))), slots=len(optimizer.variables),
+    weights=len(model.trainable_variables), tensorflow="tensorflow" in sys.modules)))
 """
 
 
-def test_notebook_12s_layout_map_and_data_without_tensorflow(tmp_path):
-    if not (data.DEBIAN_FASHION_MNIST / "train-images-idx3-ubyte.gz").exists():
+def test_notebook_12s_script_parts_run_on_jax_without_tensorflow(tmp_path):
+    if not (DEBIAN / "train-images-idx3-ubyte.gz").exists():
         pytest.skip("Debian's dataset-fashion-mnist is not installed")
     cache = tmp_path / ".keras" / "datasets" / "fashion-mnist"
     cache.mkdir(parents=True)
-    for file in data.DEBIAN_FASHION_MNIST.glob("*.gz"):
+    for file in DEBIAN.glob("*.gz"):
         shutil.copy(file, cache)
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    cell = "".join(next(c for c in cells if c["id"] == LAYOUT_CELL)["source"])
-    assert "keras.distribution.LayoutMap" in cell
+    cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
+    assert "def load_fashion_mnist" in cells["part-data"] and "def build(" in cells["part-model"]
     env = {"HOME": str(tmp_path), "KERAS_BACKEND": None, "XLA_FLAGS": None}
-    out = _run_python(f"CELL = {cell!r}\n" + SCRIPT, env=env).stdout
+    stored = [cells[name] for name in CELLS]
+    out = _run_python(f"CELLS = {stored!r}\n" + SCRIPT, env=env).stdout
     result = json.loads(out.split("RESULT", 1)[1])
-    assert result["keys"] == result["helper_keys"]
-    for key, (mine, helper) in result["layouts"].items():
-        assert mine == helper, key
-    assert result["same"] and result["train"] == 60000
+    assert result["same"] and result["train"] == 60000 and result["dtype"] == "uint8"
+    assert result["input_dtype"] == "uint8" and result["hidden_dtype"] == "mixed_bfloat16"
+    assert result["logits_dtype"] == "float32" and result["logits_shape"] == [64, 10]
+    assert result["finite"]
+    # Adam's two slots per trainable variable, and its iteration count, exist before training.
+    assert result["slots"] > 2 * result["weights"]
     assert result["tensorflow"] is False, "TensorFlow was imported in the JAX process"

@@ -396,11 +396,9 @@ def test_taught_in_lines_follow_the_lessons_code_cells(tmp_path):
 
 
 def test_a_wrong_taught_in_line_planted_in_helpers_is_stale():
-    path = ROOT / "helpers" / "fitting.py"
+    path = ROOT / "helpers" / "profiling.py"
     text = path.read_text(encoding="utf-8")
-    line = provenance.docstring_lines(
-        provenance.uses()[("helpers.fitting", "scaled_learning_rate")]
-    )
+    line = provenance.docstring_lines(provenance.uses()[("helpers.profiling", "diagnose")])
     assert line and line.startswith("Taught in notebook") and line in text
     planted = text.replace(line, "Taught in notebook 01.", 1)
     assert planted != text
@@ -408,6 +406,6 @@ def test_a_wrong_taught_in_line_planted_in_helpers_is_stale():
     copy = Path(str(path) + ".planted")
     try:
         copy.write_text(planted, encoding="utf-8")
-        assert provenance.sync_file(copy, "helpers.fitting", found) == text
+        assert provenance.sync_file(copy, "helpers.profiling", found) == text
     finally:
         copy.unlink()
