@@ -152,7 +152,7 @@ selftest: $(READY)
 # hardware/records/. PLATFORM=kaggle (needs a Kaggle token) or colab (a signed-in colab CLI);
 # PLATFORM=local runs the driver here on the simulated TPU: it installs nothing, and its record
 # (build/hardware/records/) is a dry run that verifies nothing. QUICK=1: the first light (the
-# route, the self-test and lesson 01; it can verify the route only); SMOKE=1: the lessons' quick
+# route, the self-test and lesson 01_tpu_detection_and_connection; it can verify the route only); SMOKE=1: the lessons' quick
 # versions; NB="01 03": only those lessons; LIMIT_HOURS: the run's wall-clock limit (default 9).
 hardware: $(READY)
 	$(if $(filter kaggle colab local,$(PLATFORM)),,$(error make hardware PLATFORM=kaggle|colab|local))

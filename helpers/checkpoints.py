@@ -1,6 +1,6 @@
-"""Checkpoints for custom loops and ``fit``, restored with clear errors (notebook 08).
+"""Checkpoints for custom loops and ``fit``, restored with clear errors (notebook 08_checkpoints_and_preemption).
 
-Notebook 08 writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
+Notebook 08_checkpoints_and_preemption writes the plain TensorFlow first: ``tf.train.Checkpoint`` and
 ``tf.train.CheckpointManager``, restores checked with ``status.assert_consumed()`` /
 ``assert_existing_objects_matched()``, and the ``keras.callbacks.BackupAndRestore`` call that
 :func:`fit_backup_callbacks` returns (``tests/test_checkpoints.py`` ties the two). The
@@ -88,7 +88,7 @@ def make_checkpoint(directory: str | os.PathLike, *, max_to_keep: int = 3, **obj
     ``manager.save(checkpoint_number=step)`` from the host, outside ``strategy.run``: saving
     reads every replica's copy of each variable, so it is always called in cross-replica
     context. First :func:`repair` tidies ``directory`` after a save that was killed. Taught in
-    notebook 08.
+    notebook 08_checkpoints_and_preemption.
     """
     import tensorflow as tf
 
@@ -293,7 +293,7 @@ def restore(checkpoint, source: str | os.PathLike, *, partial: bool = False) -> 
     Every variable of ``checkpoint`` must get a value from the file, else
     :class:`CheckpointMismatchError`. Unless ``partial``, every value in the file must also be
     used: ``partial=True`` is for restoring part of a training checkpoint, e.g. only the model
-    for serving on another strategy (notebook 08). A directory means its latest committed
+    for serving on another strategy (notebook 08_checkpoints_and_preemption). A directory means its latest committed
     checkpoint; a missing one raises :class:`CheckpointNotFoundError`.
     """
     import tensorflow as tf
@@ -357,7 +357,7 @@ def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int =
 
     The data writer's temporary folder with a truncated shard, and a truncated data file with
     no index, just as if the process died before ``CheckpointManager`` committed the save. The
-    state file is not touched. Returns the names created. For notebook 08 and the tests.
+    state file is not touched. Returns the names created. For notebook 08_checkpoints_and_preemption and the tests.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -374,7 +374,7 @@ def simulate_torn_save(directory: str | os.PathLike, number: int, *, size: int =
 
 
 def fit_backup_callbacks(backup_dir: str | os.PathLike, steps_per_epoch: int) -> list:
-    """Callbacks that make ``model.fit`` resumable after a kill (notebook 08, cell ``backup-callback``).
+    """Callbacks that make ``model.fit`` resumable after a kill (notebook 08_checkpoints_and_preemption, cell ``backup-callback``).
 
     1. ``keras.callbacks.BackupAndRestore`` saving at the end of every epoch, with
        ``double_checkpoint=True``: Keras rewrites its backup file in place, so a kill during that

@@ -1,4 +1,4 @@
-"""Real multi-worker training on one machine: worker processes on loopback (notebook 09).
+"""Real multi-worker training on one machine: worker processes on loopback (notebook 09_scaling_out_to_pods).
 
 A pod slice runs one TensorFlow process per host, each with its own input pipeline, kept in step
 by all-reduce. The same mechanics run on one machine with ``MultiWorkerMirroredStrategy``: N
@@ -12,7 +12,7 @@ Two layers:
   timeout or ``KeyboardInterrupt`` (the notebook's stop button). A worker also dies by itself if
   the process that started it disappears, so nothing is left running.
 - :func:`train_on_loopback` uses it to train one small model on N workers (each runs the
-  program :mod:`helpers._programs.worker`, whose ``train_worker`` notebook 09 prints) and returns what every
+  program :mod:`helpers._programs.worker`, whose ``train_worker`` notebook 09_scaling_out_to_pods prints) and returns what every
   worker saw and ended with, so a notebook can check that the shards were disjoint and that all
   workers hold the same weights.
 
@@ -46,7 +46,7 @@ import numpy as np
 
 from helpers import batches, models, processes
 from helpers._arguments import positive_int
-from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
+from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09_scaling_out_to_pods calls it here)
 
 __all__ = [
     "LOOPBACK",
@@ -555,7 +555,7 @@ def _load_outcome(prefix: Path, run: WorkerRun) -> WorkerOutcome:
 
 
 def worker_dataset(x, y, context, global_batch_size: int, seed: int = 0):
-    """One worker's input pipeline, the ``dataset_fn`` of :func:`train_worker` (notebook 09).
+    """One worker's input pipeline, the ``dataset_fn`` of :func:`train_worker` (notebook 09_scaling_out_to_pods).
 
     Keeps the worker's shard (``context.input_pipeline_id`` of ``num_input_pipelines``) of
     ``(image, label, example number)`` and batches it per replica; the example numbers show

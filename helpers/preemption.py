@@ -1,4 +1,4 @@
-"""A training run that survives being killed, and the tools to kill it (notebook 08).
+"""A training run that survives being killed, and the tools to kill it (notebook 08_checkpoints_and_preemption).
 
 The run itself is a program of its own, started in a new process so that it can really be
 killed (SIGKILL: no exception, no ``finally``, no chance to save)::
@@ -6,7 +6,7 @@ killed (SIGKILL: no exception, no ``finally``, no chance to save)::
     python -m helpers._programs.preemptible --mode custom --workdir /tmp/run --epochs 3
 
 ``--mode fit`` trains with ``model.fit`` and Keras' ``BackupAndRestore``; ``--mode custom`` with
-a restartable loop (``tf.train.CheckpointManager``, restore the latest, continue; notebook 08
+a restartable loop (``tf.train.CheckpointManager``, restore the latest, continue; notebook 08_checkpoints_and_preemption
 kills the reference script ``train_tpu.py`` itself instead, with ``helpers.save_faults``). Run the same command
 again after a kill and it continues from the last checkpoint; run it after it finished and it
 does nothing more.
@@ -21,7 +21,7 @@ step, in one phase of ``helpers.save_faults.PHASES``, or at a random instant of 
 run first repairs what the kill left (``helpers.checkpoints.repair``).
 
 This module is the parent's side: :class:`RunConfig`, :func:`command`, :func:`run_until_killed`,
-:func:`run_to_end`, :func:`read_progress` and :func:`summarize`, and the pieces notebook 08 also
+:func:`run_to_end`, :func:`read_progress` and :func:`summarize`, and the pieces notebook 08_checkpoints_and_preemption also
 uses in its own process, :func:`build` (model and optimizer) and :func:`resumable_dataset`. The
 program is :mod:`helpers._programs.preemptible`. TensorFlow and Keras are imported inside the
 functions that need them, so a parent that only starts and reads runs never loads them.
@@ -176,7 +176,7 @@ def resumable_dataset(
     before ``k`` cost nothing (their indices are simply not generated). TensorFlow's own shuffle
     is avoided on purpose: its order also depends on the global seed, which other code in the
     process may set. This stands in for checkpointing the iterator, which ``tf.distribute``'s
-    distributed iterators do not support (notebook 08 shows the error).
+    distributed iterators do not support (notebook 08_checkpoints_and_preemption shows the error).
     """
     import tensorflow as tf
 
@@ -210,7 +210,7 @@ def weights_digest(model) -> str:
 def build(config: RunConfig, strategy):
     """Model and optimizer, created in ``strategy.scope()`` (the optimizer built, see loops.py).
 
-    Notebook 08's own process builds the same model as the runs it kills.
+    Notebook 08_checkpoints_and_preemption's own process builds the same model as the runs it kills.
     """
     import keras
 
@@ -351,7 +351,7 @@ def run_to_end(
 def summarize(events: list[dict], steps_per_epoch: int) -> dict:
     """What a sequence of runs (one log, several processes) did, from their events.
 
-    Returns per-run rows and the totals notebook 08 asserts: ``final_step``, ``steps_run`` (all
+    Returns per-run rows and the totals notebook 08_checkpoints_and_preemption asserts: ``final_step``, ``steps_run`` (all
     training steps computed, in all processes), ``repeated_steps`` (computed more than once
     because a kill lost them) and ``repeated_epochs`` (epochs that had *finished* in one process
     and were trained again by a later one: must be empty).

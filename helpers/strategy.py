@@ -1,6 +1,6 @@
 """``connect()``: the one entry point every notebook uses to get its distribution strategy.
 
-Notebook 01 writes its TPU and simulated-TPU paths out in plain TensorFlow
+Notebook 01_tpu_detection_and_connection writes its TPU and simulated-TPU paths out in plain TensorFlow
 (a test checks that this module makes the same calls). The order of preference is
 
 1. a TPU (``TPUClusterResolver(tpu="local")`` on a TPU VM, or a named TPU for a pod slice),
@@ -134,7 +134,7 @@ def _try_tpu(tf, key, tpu, hints, allow_cpu_fallback) -> _Choice | None:
     if support.usable is not False:
         name = tpu or os.environ.get("TPU_NAME") or "local"
         try:
-            # The sequence notebook 01 writes out (tests/test_lesson_code_01.py compares them).
+            # The sequence notebook 01_tpu_detection_and_connection writes out (tests/test_lesson_code_01.py compares them).
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
             tf.config.experimental_connect_to_cluster(resolver)  # does nothing for "local"
             tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -168,7 +168,7 @@ def _local_strategy(tf, key, simulated_replicas: int) -> _Choice:
 
 
 def simulated_tpu(tf, replicas: int):
-    """A ``MirroredStrategy`` over ``replicas`` logical CPU devices (notebook 01).
+    """A ``MirroredStrategy`` over ``replicas`` logical CPU devices (notebook 01_tpu_detection_and_connection).
 
     It runs the multi-replica code paths of a TPU program (per-replica batches, all-reduce of
     gradients, ``strategy.reduce``) but not XLA's TPU compiler, the TPU's memory limits or its
@@ -194,7 +194,7 @@ def simulated_tpu(tf, replicas: int):
 
 @dataclass
 class StrategyInfo:
-    """What :func:`connect` chose, printable as a short table (notebook 01)."""
+    """What :func:`connect` chose, printable as a short table (notebook 01_tpu_detection_and_connection)."""
 
     kind: str
     replicas: int

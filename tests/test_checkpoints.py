@@ -379,7 +379,7 @@ def test_restore_from_8_replicas_onto_one_device(run_python, tmp_path):
 
 
 def test_fit_backup_callbacks_give_lesson_08s_backup_and_restore(tmp_path):
-    """The callback notebook 08 builds (cell backup-callback) is the one the fit program gets."""
+    """The callback notebook 08_checkpoints_and_preemption builds (cell backup-callback) is the one the fit program gets."""
     keras = pytest.importorskip("keras")
     notebook = (
         Path(__file__).resolve().parent.parent / "notebooks" / "08_checkpoints_and_preemption.ipynb"

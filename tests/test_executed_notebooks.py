@@ -97,7 +97,7 @@ def test_notebook_passed_the_readiness_check_on_its_own_pipeline(path, summary):
         )
     else:
         assert clean >= 1, (
-            f"{path.name}: no readiness check passed; check its pipeline (notebook 10)"
+            f"{path.name}: no readiness check passed; check its pipeline (notebook 10_tpu_readiness_check)"
         )
 
 

@@ -1,9 +1,9 @@
 """Hardware records decide every "verified on a TPU" word; the lane runs end to end here (local).
 
 The fixture tests/data/hardware-record-tpu.json is built from the schema as a Kaggle run on TPU
-devices would write it (lessons 00 to 05 passed, 06 failed, the self-test passed): it must turn
+devices would write it (lessons 00_tpu_self_test to 05_bfloat16_mixed_precision passed, 06 failed, the self-test passed): it must turn
 exactly the Kaggle route and those six lessons to "verified", and nothing else. The fixture
-tests/data/hardware-record-tpu-quick.json is a quick run's (``--quick``: the route, lesson 01, the
+tests/data/hardware-record-tpu-quick.json is a quick run's (``--quick``: the route, lesson 01_tpu_detection_and_connection, the
 self-test, passed): it must turn the Kaggle route, and nothing else, to "verified".
 """
 
@@ -153,7 +153,9 @@ def test_the_quick_driver_runs_the_route_lesson_01_the_self_test_and_the_script_
     args = ["--platform", "kaggle", "--out", str(tmp_path), "--commit", "0" * 40, "--quick"]
     code = driver.main([*args, "--run-id", "kaggle-quick-test"])
     lessons, selftest = ran[0], ran[1]
-    assert "--only=01" in lessons and "--smoke" not in lessons  # lesson 01, in full
+    assert (
+        "--only=01" in lessons and "--smoke" not in lessons
+    )  # lesson 01_tpu_detection_and_connection, in full
     assert "helpers.selftest" in selftest and "--smoke" not in selftest
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["mode"] == "quick" and records.problems(record) == []

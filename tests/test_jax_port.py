@@ -1,4 +1,4 @@
-"""helpers.jax_port: Keras 3 on JAX (notebook 12).
+"""helpers.jax_port: Keras 3 on JAX (notebook 12_keras3_on_jax).
 
 The pure functions are tested here; everything that needs Keras on the JAX backend runs in a
 fresh process that sets the backend first, as the notebook does, and checks that TensorFlow was
@@ -117,14 +117,14 @@ def test_batches_are_whole_reshuffled_and_sliced_per_host():
 
 
 def test_keras_on_jax_without_tensorflow(run_python):
-    """What notebook 12 does, small: 8 and 1 simulated devices agree, sharded or not."""
+    """What notebook 12_keras3_on_jax does, small: 8 and 1 simulated devices agree, sharded or not."""
     proc = run_python(
         """
         import json, sys
         from helpers import jax_port
         jax_port.configure(8)
         import jax, keras, numpy as np
-        from helpers import data, fitting, jax_port, loops, models, results  # as notebook 12
+        from helpers import data, fitting, jax_port, loops, models, results  # as notebook 12_keras3_on_jax
 
         devices = jax.devices()
         assert len(devices) == 8 and keras.backend.backend() == "jax"

@@ -1,4 +1,4 @@
-"""Notebook 12 survives a busy machine: 8 simulated JAX devices beside a CPU-bound process.
+"""Notebook 12_keras3_on_jax survives a busy machine: 8 simulated JAX devices beside a CPU-bound process.
 
 On a machine with fewer cores than simulated devices, jaxlib's CPU client deadlocked now and
 then in a collective of the data-parallel ``fit`` (XLA ended the kernel after 40 seconds:
@@ -71,4 +71,4 @@ def test_lesson_12_runs_beside_a_busy_process(tmp_path):
         for loop in loops:
             loop.kill()
             loop.wait()
-    print(f"notebook 12 beside {len(loops)} busy loop(s), {RUNS} run(s): {rows}")
+    print(f"notebook 12_keras3_on_jax beside {len(loops)} busy loop(s), {RUNS} run(s): {rows}")

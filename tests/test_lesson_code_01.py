@@ -1,4 +1,4 @@
-"""Notebook 01 connects with the reference script's ``connect()`` and teaches its rules: decide by
+"""Notebook 01_tpu_detection_and_connection connects with the reference script's ``connect()`` and teaches its rules: decide by
 the signs of TPU hardware, make the four calls with ``tpu="local"``, and initialise the TPU once
 (a second ``initialize_tpu_system`` can lose the TPU's variables, tensorflow/tensorflow#31961).
 

@@ -1,4 +1,4 @@
-"""Notebook 12 writes its layout map in plain ``keras.distribution`` calls (cell ``26``), and
+"""Notebook 12_keras3_on_jax writes its layout map in plain ``keras.distribution`` calls (cell ``26``), and
 loads Fashion-MNIST with ``helpers.data`` in a process that must never import TensorFlow.
 
 One child process with the JAX backend: the lesson's cell, as stored, builds the same layout as

@@ -167,7 +167,7 @@ def _summary(config):
     return preemption.summarize(preemption.read_progress(config.log_path), STEPS_PER_EPOCH)
 
 
-# Notebook 08 kills and resumes a custom loop and a fit run on every stack; these kill tests run
+# Notebook 08_checkpoints_and_preemption kills and resumes a custom loop and a fit run on every stack; these kill tests run
 # once per CI run, on the main stack (pytest -m slow).
 ALSO_IN_NOTEBOOK_08 = pytest.mark.slow
 

@@ -7,7 +7,7 @@
     python tools/run_notebooks.py --cache    # skip what is unchanged (make run, smoke and test)
 
 A smoke run passes each notebook ``SMOKE_TEST=True`` and the smaller values of its
-``[notebooks.NN_name.smoke]`` table in notebooks/manifest.toml. With ``--cache`` a notebook is
+``[notebooks.name.smoke]`` table in notebooks/manifest.toml. With ``--cache`` a notebook is
 skipped when it passed before with the same notebook, helpers, parameters and stack (see
 ``runner.cache``); ``--force`` re-executes anyway. Without it every notebook executes.
 

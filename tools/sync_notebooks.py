@@ -12,7 +12,7 @@ Derived, and so never edited by hand:
 - the navigation cell at the end of each notebook (previous, next), from the numbered file names;
 - the kernelspec and language_info metadata that papermill and nbval need;
 - the notebook table in README.md, from the manifest;
-- the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01 shows),
+- the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01_tpu_detection_and_connection shows),
   its "verified on a TPU" column from the records in hardware/records/ (``hardware.records``);
 - each stack's requirements header and TensorFlow pin, from ``helpers.routes`` (``tools/stacks.py``);
 - what follows from the repository setting and the Python range in pyproject.toml: README.md's
@@ -39,6 +39,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import lessons
 import manifest as manifest_file
 import provenance
 import repository
@@ -167,7 +168,7 @@ SETUP_VARIANTS = {
         "prints what it found; this lesson needs no TensorFlow",
         "RELEASE, backend=None",
     ),
-    # Keras on JAX runs in its own process, without TensorFlow (notebook 12).
+    # Keras on JAX runs in its own process, without TensorFlow (notebook 12_keras3_on_jax).
     "jax": (
         "selects Keras' JAX backend before Keras is imported and prints the devices it found",
         'RELEASE, SIMULATED_REPLICAS, backend="jax"',
@@ -437,7 +438,7 @@ def setting_edits(notebook: dict, name: str, manifest: dict, defaults: dict) -> 
             found.append(
                 f"{name}: {key} = {value} in its parameters cell, but {_literal(wanted[key])} "
                 f"from {manifest_file.setting_home(stem, key, entry)}. For this lesson alone, "
-                f"set {key} = {value} under [notebooks.{stem}.settings] in notebooks/manifest.toml; "
+                f"set {key} = {value} under [notebooks.{lessons.lesson_name(stem)}.settings] in notebooks/manifest.toml; "
                 f"for every lesson, change {manifest_file.setting_home('', key, {})}; then make sync"
             )
     return found
@@ -513,7 +514,7 @@ def first_sentence(text: str) -> str:
 
 def module_map() -> str:
     """One line per module of helpers/ and tools/ (a package: one line), from its docstring."""
-    lines = []
+    lines, numbers = [], lessons.numbering()
     for package in ("helpers", "tools"):
         folder = ROOT / package
         for path in sorted([*folder.glob("*.py"), *folder.glob("*/__init__.py")]):
@@ -522,7 +523,8 @@ def module_map() -> str:
             name = path.parent if path.name == "__init__.py" else path
             docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
             shown = f"{name.relative_to(ROOT)}{'/' if name.is_dir() else ''}"
-            lines.append(f"- `{shown}`: {first_sentence(docstring)}")
+            sentence = lessons.as_links(first_sentence(docstring), "notebooks/", numbers)
+            lines.append(f"- `{shown}`: {sentence}")
     return "\n".join(lines)
 
 
@@ -553,12 +555,25 @@ def main() -> int:
     )
     args = parser.parse_args()
     cfg = settings()
-    paths = notebook_paths()
     # First the helpers' lines made from pyproject.toml (the Python range): the rest reads them.
     stale, found = repository.sync_sources(cfg, write=not args.check), []
     if not args.check:
-        for name in manifest_file.adopt_missing(paths):
+        for name in manifest_file.adopt_missing(sorted((ROOT / "notebooks").glob("*.ipynb"))):
             print(f"{name}: new entry in notebooks/manifest.toml (edit its texts there)")
+    # The manifest's order numbers the lessons: files renamed, then every reference renumbered.
+    numbers = lessons.numbering()
+    moves = lessons.renames(ROOT, numbers)
+    if args.check and moves:
+        print("Out of date (run `make sync`):", *(f"{a.name} -> {b.name}" for a, b in moves))
+        return 1
+    lessons.apply_renames(moves)
+    for a, b in moves:
+        print(f"renamed: {a.name} -> {b.name} (its place in notebooks/manifest.toml)")
+    for file, after in lessons.renumbered(lessons.texts(), numbers).items():
+        stale.append(file)
+        if not args.check:
+            (ROOT / file).write_text(after, encoding="utf-8")
+    paths = notebook_paths()
     manifest = manifest_file.load()
     defaults = manifest_file.defaults()
     names = [p.name for p in paths]

@@ -1,4 +1,4 @@
-"""The training program that notebook 08 kills: run only in a child process.
+"""The training program that notebook 08_checkpoints_and_preemption kills: run only in a child process.
 
 ``python -m helpers._programs.preemptible --mode custom --workdir DIR ...`` trains with a
 restartable custom loop (:func:`train_resumable`; ``--mode fit``: Keras ``fit`` with
@@ -226,7 +226,7 @@ def train_fit(config: RunConfig, strategy, log: ProgressLog | None = None) -> di
     """``model.fit`` with ``BackupAndRestore`` (via :func:`helpers.checkpoints.fit_backup_callbacks`).
 
     ``steps_per_execution`` keeps its default of 1: with 2 or more replicas, values above 1 fail
-    in Keras 3 under ``MirroredStrategy`` (see the field notes in notebook 03).
+    in Keras 3 under ``MirroredStrategy`` (see the field notes in notebook 03_keras_compile_and_fit).
     """
     import keras
 

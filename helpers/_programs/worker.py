@@ -1,8 +1,8 @@
-"""One worker of notebook 09's local cluster: run only in a child process.
+"""One worker of notebook 09_scaling_out_to_pods's local cluster: run only in a child process.
 
 ``python -m helpers._programs.worker --data D.npz --out PREFIX ...`` joins the cluster that its
 ``TF_CONFIG`` names, trains with ``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which
-notebook 09 prints), and writes ``PREFIX.json`` (what it saw) and ``PREFIX.npz`` (its weights).
+notebook 09_scaling_out_to_pods prints), and writes ``PREFIX.json`` (what it saw) and ``PREFIX.npz`` (its weights).
 ``--hold-network`` instead keeps a private network namespace alive for the workers to join. It
 dies with the process that started it. The parent side is :mod:`helpers.multiworker`.
 """
@@ -42,7 +42,7 @@ def train_worker(
     learning_rate: float,
     seed: int,
 ) -> None:
-    """The program every worker runs (``python -m helpers._programs.worker``); notebook 09 prints it.
+    """The program every worker runs (``python -m helpers._programs.worker``); notebook 09_scaling_out_to_pods prints it.
 
     The same code runs on every worker. ``TF_CONFIG`` tells each one who it is; the strategy
     connects them, gives every worker its own input pipeline, and all-reduces the gradients so

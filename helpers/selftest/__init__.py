@@ -1,5 +1,5 @@
 """The TPU self-test: one command that checks what the lessons teach and writes a shareable
-report (notebook 00).
+report (notebook 00_tpu_self_test).
 
     python -m helpers.selftest [--out DIR] [--smoke] [--simulated-replicas N]
 
@@ -13,8 +13,8 @@ or, in a notebook::
 
 Each check is a short, real run of one lesson with its evidence, isolated from the others (an
 exception fails that check only) and given a time budget. The modules: ``base`` (checks and how
-they run), ``environment`` (the report's first section), ``checks`` (correctness, notebooks 01
-to 08), ``speed`` (throughput and rates, 03, 05, 06), ``report`` (Markdown and JSON) and ``cli``
+they run), ``environment`` (the report's first section), ``checks`` (correctness, notebooks 01_tpu_detection_and_connection
+to 08_checkpoints_and_preemption), ``speed`` (throughput and rates, 03, 05, 06), ``report`` (Markdown and JSON) and ``cli``
 (the command, which can install TensorFlow's TPU build and start itself again).
 """
 

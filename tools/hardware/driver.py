@@ -18,7 +18,7 @@ order, each step's output in ``OUT``:
    ``record.json`` (``hardware.records``), whose ``steps`` say what each step showed and how long
    it took: the route installed, the lessons, the TPU connected, each self-test check.
 
-``--quick`` is the first light: the route, lesson 01 and the self-test (both in full), and the
+``--quick`` is the first light: the route, lesson 01_tpu_detection_and_connection and the self-test (both in full), and the
 reference script's ``--smoke`` run once the commit has it (:func:`reference_script`); its record
 can verify the platform's route and nothing else (``hardware.records``).
 
@@ -207,7 +207,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-id", required=True, help="names this run in its record")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
-    mode.add_argument("--quick", action="store_true", help="the route, lesson 01, the self-test")
+    mode.add_argument(
+        "--quick",
+        action="store_true",
+        help="the route, lesson 01_tpu_detection_and_connection, the self-test",
+    )
     parser.add_argument("--only", action="append", default=[], help="lesson number prefix")
     parser.add_argument("--cell-timeout", type=int, default=1800)
     return parser.parse_args(argv)
@@ -218,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    mode = " (quick: the route, lesson 01, the self-test)" if args.quick else ""
+    mode = (
+        " (quick: the route, lesson 01_tpu_detection_and_connection, the self-test)"
+        if args.quick
+        else ""
+    )
     print(f"Hardware run {args.run_id} on {args.platform}{mode}, commit {args.commit}", flush=True)
     route, installed = install(args.platform, args.out)
     env = processes.child_env({"PYTHONPATH": str(ROOT)}, cpu_only=False)
