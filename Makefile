@@ -48,7 +48,8 @@ NB ?=
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Each environment and mode has its own folder (build/full,
-# build/smoke-kaggle, build/smoke-03-04 for NB="03 04": tools/runner/folders.py), and make smoke
+# build/smoke-kaggle, build/smoke-03-04 for NB="03 04": tools/runner/folders.py; NB takes a lesson's
+# number or its name, NB=keras3_on_jax), and make smoke
 # shares make test's, so either skips what the other just ran.
 RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n)) \
 	$(if $(REPLICAS),--replicas $(REPLICAS))

@@ -155,7 +155,7 @@ def classifier_layout(device_mesh, model_axis: str = "model"):
     holds ``hidden / model`` units; the logits kernel (hidden x classes) is split by rows to
     match. Every other variable stays replicated. Keys are regular expressions searched in each
     variable's path (``classifier/hidden/kernel``). Notebook 12_keras3_on_jax writes the same map by hand
-    (section 4; tests/test_lesson_code_12.py compares the two).
+    (section 4; tests/test_lesson_code_keras3_on_jax.py compares the two).
     """
     import keras
 

@@ -5,7 +5,7 @@ module holds what notebook 06_input_pipelines measures:
 
 - :func:`to_photos`, :func:`write_tfrecords`, :func:`read_tfrecords`, :func:`check_roundtrip`:
   a sharded TFRecord dataset of PNG-encoded images, written and read back exactly. Notebook 06_input_pipelines
-  writes the writing, parsing and reading out in plain TensorFlow; ``tests/test_lesson_code_06.py``
+  writes the writing, parsing and reading out in plain TensorFlow; ``tests/test_lesson_code_input_pipelines.py``
   checks that its cells write the same files and read the same records as these functions;
 - :func:`build_pipeline`: the same input pipeline at each optimisation stage of :data:`STAGES`,
   from the typical tutorial version to a vectorised one, as one function for the self-test (00)

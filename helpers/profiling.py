@@ -123,7 +123,7 @@ def profile_calls(
     ``warmup`` calls run just before the capture, unrecorded: they use up the batches that
     prefetch buffers filled while the program did something else, which would hide waits.
     Returns ``(xplane path, extract(xplane path))``. Notebook 11_profiling_a_training_step writes these lines by hand for
-    its first profile (tests/test_lesson_code_11.py reads both alike).
+    its first profile (tests/test_lesson_code_profiling_a_training_step.py reads both alike).
     Taught in notebook 11.
     """
     for i in range(warmup):

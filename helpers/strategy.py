@@ -134,7 +134,7 @@ def _try_tpu(tf, key, tpu, hints, allow_cpu_fallback) -> _Choice | None:
     if support.usable is not False:
         name = tpu or os.environ.get("TPU_NAME") or "local"
         try:
-            # The sequence notebook 01_tpu_detection_and_connection writes out (tests/test_lesson_code_01.py compares them).
+            # The sequence notebook 01_tpu_detection_and_connection writes out (tests/test_lesson_code_tpu_detection_and_connection.py compares them).
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name)
             tf.config.experimental_connect_to_cluster(resolver)  # does nothing for "local"
             tf.tpu.experimental.initialize_tpu_system(resolver)

@@ -193,7 +193,7 @@ def build_topology(spec: str | SliceSpec):
     """A ``tf.tpu.experimental.Topology`` for a slice in :data:`SLICES`, built on any machine.
 
     Notebook 07_model_parallelism writes the v3-8 one by hand in plain TensorFlow (section 2); this gives back the
-    same topology (tests/test_lesson_code_07.py).
+    same topology (tests/test_lesson_code_model_parallelism.py).
     Taught in notebook 07.
     """
     import tensorflow as tf
@@ -258,7 +258,7 @@ def build_assignment(topology, logical_devices: int = 1):
     ``num_replicas x logical_devices`` equals the slice's core count: every core serves exactly
     one (replica, logical device) pair. Notebook 07_model_parallelism calls ``DeviceAssignment.build`` by hand
     for 2 logical devices on a v3-8 (section 3); this returns the same assignment
-    (tests/test_lesson_code_07.py).
+    (tests/test_lesson_code_model_parallelism.py).
     Taught in notebook 07.
     """
     import tensorflow as tf

@@ -482,7 +482,10 @@ def test_the_connect_check_fails_with_what_it_found(monkeypatch):
 
 
 def _plan(*fns, budget=(5, 5)):
-    return [base.Check(f"c{i}", f"check {i}", "00", budget, fn) for i, fn in enumerate(fns)]
+    return [
+        base.Check(f"c{i}", f"check {i}", "00_tpu_self_test", budget, fn)
+        for i, fn in enumerate(fns)
+    ]
 
 
 def _boom(context):
@@ -511,7 +514,7 @@ def test_an_exception_fails_only_its_own_check(monkeypatch):
 def test_a_check_past_its_hard_limit_fails_and_the_next_one_runs(monkeypatch):
     monkeypatch.setattr(base, "HARD_LIMIT_FACTOR", 1.0)
     monkeypatch.setattr(base, "HARD_LIMIT_GRACE", 0.0)
-    slow = base.Check("slow", "slow", "00", (0.2, 0.2), lambda c: time.sleep(2))
+    slow = base.Check("slow", "slow", "00_tpu_self_test", (0.2, 0.2), lambda c: time.sleep(2))
     fast = base.Check("fast", "fast", "00", (0.2, 0.2), lambda c: base.Outcome("pass", "ok"))
     start = time.perf_counter()
     result = selftest.run(plan=[slow, fast], progress=None)

@@ -9,6 +9,8 @@ Derived, and so never edited by hand:
   (one entry per notebook), the links from the file names and the ``[tool.tpu-field-guide]``
   setting in pyproject.toml. A notebook's ``setup`` entry picks its variant of the setup cell
   (TensorFlow's by default; ``jax`` for Keras on JAX);
+- the lessons' numbers: the notebooks' file names and every reference to a lesson (a link to its
+  file, its ``NN_name`` stem), from the manifest's order (``tools/lessons.py``);
 - the navigation cell at the end of each notebook (previous, next), from the numbered file names;
 - the kernelspec and language_info metadata that papermill and nbval need;
 - the notebook table in README.md, from the manifest;
@@ -21,8 +23,9 @@ Derived, and so never edited by hand:
 - the "Taught in notebook NN." line of each helper's docstring, from the lessons' code cells that
   name it (``tools/provenance.py``).
 
-A new ``NN_name.ipynb`` slots in with ``make sync``: its title cell and its "What you need" cell are
-copied into a new manifest entry, and from then on the manifest is where they are edited. The
+A new ``name.ipynb`` without a manifest entry slots in last with ``make sync``: its title cell and
+its "What you need" cell are copied into a new entry, and from then on the manifest is where they
+are edited (and where its place is chosen: CONTRIBUTING.md, "Lessons by name"). The
 ``--check`` run also fails on lesson code that imports ``tensorflow.python`` (readers copy
 lesson cells; internals belong in ``helpers`` with the reason) and on hand-typed "Next:" links.
 Outputs are stripped by nbstripout (see the Makefile's ``sync`` target), not here.
@@ -219,8 +222,11 @@ def _cell(kind: str, text: str, metadata: dict | None = None) -> dict:
 # --- the cells ----------------------------------------------------------------------------------
 
 
-def _fill(text: str, cfg: dict) -> str:
-    """Manifest texts may say {release} and {github}; nothing else in them is a placeholder."""
+def _fill(text: str, cfg: dict, settings: dict | None = None) -> str:
+    """Manifest texts may say {release} and {github}, and a lesson's "What you need" the values
+    of its shared settings ({SIMULATED_REPLICAS}); nothing else in them is a placeholder."""
+    for key, value in (settings or {}).items():
+        text = text.replace(f"{{{key}}}", str(value))
     return text.replace("{release}", cfg["release"]).replace("{github}", cfg["github"])
 
 
@@ -249,13 +255,19 @@ def word_count(markdown: str) -> int:
     return len(re.findall(r"[\w`][^\s|]*", text))
 
 
-def preamble(entry: dict, name: str, cfg: dict, parameters: dict) -> list[dict]:
-    """The cells before the lesson, ``parameters`` being the notebook's own parameters cell."""
+def preamble(
+    entry: dict, name: str, cfg: dict, parameters: dict, settings: dict | None = None
+) -> list[dict]:
+    """The cells before the lesson, ``parameters`` being the notebook's own parameters cell and
+    ``settings`` the values of its shared settings."""
     title = f"# {name[:2]} · {entry['title']}\n{entry['promise'].strip()}\n\n{TITLE_MARKER}"
     return [
         _cell("markdown", _fill(title, cfg)),
         _cell("markdown", badge_row(name, cfg)),
-        _cell("markdown", _fill(f"## What you need\n{entry['need'].strip()}\n\n{TPU_FACTS}", cfg)),
+        _cell(
+            "markdown",
+            _fill(f"## What you need\n{entry['need'].strip()}\n\n{TPU_FACTS}", cfg, settings),
+        ),
         _cell("markdown", setup_text(entry, cfg)),
         parameters,
         _cell("code", setup_cell(entry, cfg)),
@@ -400,7 +412,7 @@ def sync_notebook(
     params["source"] = SETTING_LINE.sub(
         lambda m: f"{m['name']} = {_literal(wanted[m['name']])}{m['rest']}", source(params)
     ).splitlines(keepends=True)
-    head = preamble(entry, name, cfg, params)
+    head = preamble(entry, name, cfg, params, wanted)
     for cell, cell_id in zip(head, GENERATED_IDS, strict=True):
         cell["id"] = cell_id
     lesson = [c for c in cells[start:] if not source(c).startswith(NAV_MARKER)]

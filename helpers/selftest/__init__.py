@@ -31,29 +31,67 @@ from helpers.strategy import SIMULATED_REPLICAS
 
 # (smoke, full) budgets in seconds: full mode is sized to about 3 minutes on one v5e core.
 DEFAULT_CHECKS: tuple[Check, ...] = (
-    Check("connect", "Connect to the accelerator", "01", (30, 120), checks.connect),
-    Check("variables", "Variables on every replica", "02", (5, 10), checks.variables),
-    Check("fit", "A few fit steps", "03", (15, 30), checks.fit),
+    Check(
+        "connect",
+        "Connect to the accelerator",
+        "01_tpu_detection_and_connection",
+        (30, 120),
+        checks.connect,
+    ),
+    Check(
+        "variables",
+        "Variables on every replica",
+        "02_building_in_strategy_scope",
+        (5, 10),
+        checks.variables,
+    ),
+    Check("fit", "A few fit steps", "03_keras_compile_and_fit", (15, 30), checks.fit),
     Check(
         "replica_equivalence",
         "Custom loop: N replicas match one",
-        "04",
+        "04_custom_training_loops",
         (15, 30),
         checks.replica_equivalence,
     ),
-    Check("bfloat16", "bfloat16 matmul", "05", (5, 10), checks.bfloat16_matmul),
-    Check("input_pipeline", "Input pipeline throughput", "06", (10, 20), speed.input_pipeline),
     Check(
-        "uint8_input", "uint8 pixels into a training step", "00, 06", (15, 30), checks.uint8_input
+        "bfloat16",
+        "bfloat16 matmul",
+        "05_bfloat16_mixed_precision",
+        (5, 10),
+        checks.bfloat16_matmul,
     ),
-    Check("checkpoint", "Checkpoint restored onto one device", "08", (10, 15), checks.checkpoint),
     Check(
-        "matmul_rate", "Matmul rate against the published peak", "05", (10, 15), speed.matmul_rate
+        "input_pipeline",
+        "Input pipeline throughput",
+        "06_input_pipelines",
+        (10, 20),
+        speed.input_pipeline,
+    ),
+    Check(
+        "uint8_input",
+        "uint8 pixels into a training step",
+        "00_tpu_self_test, 06_input_pipelines",
+        (15, 30),
+        checks.uint8_input,
+    ),
+    Check(
+        "checkpoint",
+        "Checkpoint restored onto one device",
+        "08_checkpoints_and_preemption",
+        (10, 15),
+        checks.checkpoint,
+    ),
+    Check(
+        "matmul_rate",
+        "Matmul rate against the published peak",
+        "05_bfloat16_mixed_precision",
+        (10, 15),
+        speed.matmul_rate,
     ),
     Check(
         "recipes",
         "Classic Keras recipe vs the collection's",
-        "03, 06",
+        "03_keras_compile_and_fit, 06_input_pipelines",
         (20, 60),
         speed.keras_recipes,
     ),

@@ -1,7 +1,7 @@
 """The hardware run, on the TPU host: route, lessons, self-test, and one record.
 
     python -m tools.hardware.driver --platform kaggle --out /kaggle/working/hardware-run \\
-        --commit SHA --run-id ID [--smoke | --quick] [--only NN ...]
+        --commit SHA --run-id ID [--smoke | --quick] [--only NAME ...]
 
 Run from a checkout of the commit under test (``hardware.kernel`` makes one on the host). In
 order, each step's output in ``OUT``:
@@ -46,7 +46,7 @@ ROOT = records.ROOT
 # pins of requirements-tools.txt; a TPU image has some of them at other versions, or none).
 RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof", "scikit-learn")
 PASSED = ("passed", "cached")
-QUICK_LESSONS = ("01",)
+QUICK_LESSONS = ("tpu_detection_and_connection",)
 # The reference script a learner takes home (being written on its own branch): the quick run
 # runs its smoke mode as soon as the commit under test has it, and records why not until then.
 REFERENCE_SCRIPT = "train_tpu"
@@ -212,7 +212,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="the route, lesson 01_tpu_detection_and_connection, the self-test",
     )
-    parser.add_argument("--only", action="append", default=[], help="lesson number prefix")
+    parser.add_argument("--only", action="append", default=[], help="a lesson's name or number")
     parser.add_argument("--cell-timeout", type=int, default=1800)
     return parser.parse_args(argv)
 
