@@ -33,9 +33,8 @@ KAGGLE_ROUTE_ONLY = {
     "Kaggle, TPU VM v5e-8": "yes (Kaggle, 2026-01-03, commit 89abcde)",
     "Google Cloud TPU VM": "no",
 }
-FAST_LESSON = (
-    "model_parallelism"  # the quickest lesson in smoke mode (about 20 s), for the end-to-end run
-)
+# The quickest lesson in smoke mode (about 20 s), for the end-to-end run.
+FAST_LESSON = "model_parallelism"
 
 
 def route_rows(readme: str) -> dict[str, str]:
@@ -155,9 +154,8 @@ def test_the_quick_driver_runs_the_route_lesson_01_the_self_test_and_the_script_
     args = ["--platform", "kaggle", "--out", str(tmp_path), "--commit", "0" * 40, "--quick"]
     code = driver.main([*args, "--run-id", "kaggle-quick-test"])
     lessons, selftest = ran[0], ran[1]
-    assert (
-        "--only=01" in lessons and "--smoke" not in lessons
-    )  # lesson 01_tpu_detection_and_connection, in full
+    # lesson 01_tpu_detection_and_connection, in full
+    assert "--only=tpu_detection_and_connection" in lessons and "--smoke" not in lessons
     assert "helpers.selftest" in selftest and "--smoke" not in selftest
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["mode"] == "quick" and records.problems(record) == []

@@ -23,11 +23,14 @@ Hardware records and recorded test data keep the names they were made with (:dat
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 from notebook_files import NOTEBOOKS, ROOT, dumps, source, tomllib
@@ -79,7 +82,8 @@ def names(path: Path = MANIFEST) -> list[str]:
     if numbered:
         raise SystemExit(
             f"notebooks/manifest.toml: [notebooks.{numbered[0]}]: an entry is keyed by the "
-            f"lesson's name alone ([notebooks.{lesson_name(numbered[0])}]); its place numbers it"
+            f"lesson's name alone ([notebooks.{lesson_name(numbered[0])}]); its place numbers it. "
+            "python tools/lessons.py --convert rekeys the manifest"
         )
     return found
 
@@ -260,20 +264,53 @@ def _convert_text(text: str, markdown: bool, prefix: str, numbers: dict[str, str
     return "".join(pieces) + text[last:]
 
 
+LINE_LENGTH = 100  # ruff's (pyproject.toml): past it, ruff format splits a statement
+# What ruff format leaves as it is: a plain import, a statement already split after its bracket.
+UNSPLITTABLE = re.compile(r"^\s*(?:import [\w.]+(?: as \w+)?\s*|.*[(\[{]\s*|\s*)$")
+
+
+def _comment_above(code: str, numbers: dict[str, str]) -> str:
+    """Python ``code`` with each trailing comment that names a lesson and makes its line too long
+    moved onto its own line above, where ruff format would split the statement instead."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return code
+    lines, named = code.split("\n"), _stem_pattern(numbers)
+    for token in reversed([t for t in tokens if t.type == tokenize.COMMENT]):
+        (row, col), line = token.start, lines[token.start[0] - 1]
+        splittable = not UNSPLITTABLE.match(line[:col])
+        if splittable and len(line) > LINE_LENGTH and named.search(token.string):
+            indent = line[: len(line) - len(line.lstrip())]
+            lines[row - 1 : row] = [indent + token.string, line[:col].rstrip()]
+    moved = "\n".join(lines)
+    return moved if _parses(moved) or not _parses(code) else code  # e.g. after a backslash
+
+
+def _parses(code: str) -> bool:
+    """Whether ``code`` is Python, IPython's magics and shell escapes aside."""
+    try:
+        ast.parse(re.sub(r"(?m)^(\s*)[%!].*$", r"\1pass", code))
+    except SyntaxError:
+        return False
+    return True
+
+
 def convert(files: dict[str, str], numbers: dict[str, str]) -> dict[str, str]:
-    """{file: its new text} with every bare mention of an existing lesson written by name."""
+    """{file: its new text} with every bare mention of an existing lesson written by name; in
+    Python, a comment made too long by it moves above its statement."""
+
+    def converted(text: str, file: str, kind: str = "") -> str:
+        after = _convert_text(text, _is_markdown(file, kind), _link_prefix(file), numbers)
+        python = kind == "code" or (not kind and file.endswith(".py"))
+        return _comment_above(after, numbers) if python and after != text else after
+
     found = {}
     for file, text in files.items():
-        prefix = _link_prefix(file)
         if file.endswith(".ipynb"):
-            after = _map_notebook(
-                text,
-                lambda cell, kind, f=file, p=prefix: _convert_text(
-                    cell, _is_markdown(f, kind), p, numbers
-                ),
-            )
+            after = _map_notebook(text, lambda cell, kind, f=file: converted(cell, f, kind))
         else:
-            after = _convert_text(text, _is_markdown(file), prefix, numbers)
+            after = converted(text, file)
         if after != text:
             found[file] = after
     return found

@@ -61,9 +61,8 @@ def task_overhead(strategy, settings: Settings) -> list[dict]:
     replicas = strategy.num_replicas_in_sync
     lesson_batch = LESSON_PER_REPLICA * replicas
     x, y = lesson_images(8 * lesson_batch)
-    single = (
-        loops.reference_strategy()
-    )  # the first CPU device, as notebook 04_custom_training_loops compares with
+    # the first CPU device, as notebook 04_custom_training_loops compares with
+    single = loops.reference_strategy()
     who = f"{replicas_text(replicas)} vs 1 device"
     rows = []
 

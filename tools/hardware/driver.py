@@ -47,6 +47,7 @@ ROOT = records.ROOT
 RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof", "scikit-learn")
 PASSED = ("passed", "cached")
 QUICK_LESSONS = ("tpu_detection_and_connection",)
+QUICK = f"lesson {', '.join(QUICK_LESSONS)}"
 # The reference script a learner takes home (being written on its own branch): the quick run
 # runs its smoke mode as soon as the commit under test has it, and records why not until then.
 REFERENCE_SCRIPT = "train_tpu"
@@ -207,11 +208,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-id", required=True, help="names this run in its record")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
-    mode.add_argument(
-        "--quick",
-        action="store_true",
-        help="the route, lesson 01_tpu_detection_and_connection, the self-test",
-    )
+    mode.add_argument("--quick", action="store_true", help=f"the route, {QUICK}, the self-test")
     parser.add_argument("--only", action="append", default=[], help="a lesson's name or number")
     parser.add_argument("--cell-timeout", type=int, default=1800)
     return parser.parse_args(argv)
@@ -222,11 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    mode = (
-        " (quick: the route, lesson 01_tpu_detection_and_connection, the self-test)"
-        if args.quick
-        else ""
-    )
+    mode = f" (quick: the route, {QUICK}, the self-test)" if args.quick else ""
     print(f"Hardware run {args.run_id} on {args.platform}{mode}, commit {args.commit}", flush=True)
     route, installed = install(args.platform, args.out)
     env = processes.child_env({"PYTHONPATH": str(ROOT)}, cpu_only=False)
