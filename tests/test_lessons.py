@@ -151,3 +151,20 @@ def test_inserting_a_lesson_is_one_manifest_entry_and_the_notebook(tmp_path):
                  "tests/test_notebooks.py", "tests/test_lessons.py", "-m", "not slow"]  # fmt: skip
     done = subprocess.run(structure, cwd=copy, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_a_comment_made_too_long_moves_above_its_statement_not_into_a_split():
+    code = (
+        "import train_tpu  # the script" + " " * 80 + f"({WORD} 01)\n"
+        "strategy = connect(REPLICAS)  # the script's connect part, as the connection lesson of"
+        f" this collection shows ({WORD} 01)\n"
+        "x = 1  # short\n"
+    )
+    converted = lessons.convert({_("~@x.py"): code}, NUMBERS)[_("~@x.py")]
+    assert converted.splitlines() == [
+        "import train_tpu  # the script" + " " * 80 + f"({WORD} 01_second)",  # ruff leaves it
+        "# the script's connect part, as the connection lesson of this collection shows"
+        f" ({WORD} 01_second)",
+        "strategy = connect(REPLICAS)",
+        "x = 1  # short",
+    ]
