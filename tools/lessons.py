@@ -11,9 +11,10 @@ Its place among the entries gives its number (the first is 00), and so its file,
 
 ``make sync`` (:func:`renames`, :func:`renumbered`) renames a lesson's file when its place
 changed, with ``git mv``, and rewrites the number of every reference from the name beside it, so
-inserting, removing or reordering a lesson is one edit of the manifest. A bare "notebook NN"
-bears no name, so nothing could follow it: ``make lint`` (tools/check_references.py) refuses it,
-and ``--convert`` writes every bare mention in the form above, from the current numbering::
+inserting, removing or reordering a lesson is one edit of the manifest (and the new notebook;
+CONTRIBUTING.md, "Lessons by name"). A bare "notebook NN" bears no name, so nothing could follow
+it: ``make lint`` (tools/check_references.py) refuses it, and ``--convert`` writes every bare
+mention in the form above, from the current numbering::
 
     python tools/lessons.py --convert   # bare mentions -> references by name (idempotent)
     python tools/lessons.py             # the lessons, in order
@@ -36,6 +37,7 @@ from pathlib import Path
 from notebook_files import NOTEBOOKS, ROOT, dumps, source, tomllib
 
 __all__ = [
+    "apply_renames",
     "as_links",
     "bare_mentions",
     "convert",
@@ -43,6 +45,7 @@ __all__ = [
     "names",
     "numbering",
     "references_in",
+    "rekeyed_manifest",
     "renames",
     "renumbered",
     "texts",
