@@ -48,7 +48,8 @@ NB ?=
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Each environment and mode has its own folder (build/full,
-# build/smoke-kaggle, build/smoke-03-04 for NB="03 04": tools/runner/folders.py), and make smoke
+# build/smoke-kaggle, build/smoke-03-04 for NB="03 04": tools/runner/folders.py; NB takes a lesson's
+# number or its name, NB=keras3_on_jax), and make smoke
 # shares make test's, so either skips what the other just ran.
 RUN_ARGS = --cache $(if $(FORCE),--force) $(foreach n,$(NB),--only $(n)) \
 	$(if $(REPLICAS),--replicas $(REPLICAS))
@@ -151,7 +152,7 @@ selftest: $(READY)
 # hardware/records/. PLATFORM=kaggle (needs a Kaggle token) or colab (a signed-in colab CLI);
 # PLATFORM=local runs the driver here on the simulated TPU: it installs nothing, and its record
 # (build/hardware/records/) is a dry run that verifies nothing. QUICK=1: the first light (the
-# route, the self-test and lesson 01; it can verify the route only); SMOKE=1: the lessons' quick
+# route, the self-test and lesson 01_tpu_detection_and_connection; it can verify the route only); SMOKE=1: the lessons' quick
 # versions; NB="01 03": only those lessons; LIMIT_HOURS: the run's wall-clock limit (default 9).
 hardware: $(READY)
 	$(if $(filter kaggle colab local,$(PLATFORM)),,$(error make hardware PLATFORM=kaggle|colab|local))

@@ -75,7 +75,7 @@ def connect(replicas=8):
             raise UsageError(
                 f"TPU hardware is here ({', '.join(signs)}) but TensorFlow {tf.__version__} "
                 f"cannot use it ({reason}): install TensorFlow's TPU build (pip install "
-                "tensorflow-tpu; lesson 01 gives the version per platform) and restart."
+                "tensorflow-tpu; lesson 01_tpu_detection_and_connection gives the version per platform) and restart."
             ) from None
     elif len(tf.config.list_physical_devices("GPU")) > 1:
         strategy = tf.distribute.MirroredStrategy()
@@ -440,7 +440,7 @@ def fit_steps_per_execution(strategy, wanted):
 
 
 def compile_for_fit(strategy, model, optimizer, steps_per_execution):
-    """The same model and optimizer, ready for Keras' fit (lesson 03)."""
+    """The same model and optimizer, ready for Keras' fit (lesson 03_keras_compile_and_fit)."""
     with strategy.scope():
         model.compile(
             optimizer=optimizer,
@@ -542,7 +542,7 @@ def main(argv=None, strategy=None):
         raise UsageError(
             f"{train_examples} training examples are fewer than one batch of {global_batch}."
         )
-    # Lesson 03's rule for Adam: the rate grows with the square root of the global batch.
+    # Lesson 03_keras_compile_and_fit's rule for Adam: the rate grows with the square root of the global batch.
     learning_rate = args.learning_rate * math.sqrt(global_batch / 128)
     model, optimizer = build(
         strategy,

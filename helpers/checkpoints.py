@@ -1,12 +1,12 @@
-"""Around checkpoints (notebook 08): a ``fit`` backup kept safe, and the leftovers of a killed save.
+"""Around checkpoints (notebook 08_checkpoints_and_preemption): a ``fit`` backup kept safe, and the leftovers of a killed save.
 
 The custom loop's checkpoint, save and its one restore path are the reference script's part
 "checkpoint" (``train_tpu.checkpointing``, ``save_checkpoint``, ``restore``), shown by notebook
-08. This module keeps what is not a learner's training code:
+08_checkpoints_and_preemption. This module keeps what is not a learner's training code:
 
 - :func:`fit_backup_callbacks` gives ``fit`` Keras' ``BackupAndRestore`` with its previous
   backup kept, plus a check that the restored weights and the restored epoch agree (notebook
-  08's aside; ``helpers._programs.preemptible`` runs it).
+  08_checkpoints_and_preemption's aside; ``helpers._programs.preemptible`` runs it).
 - :func:`repair` tidies what a save killed at any instant leaves (see below).
 
 Why a checkpoint interrupted mid-write is never picked as the latest: ``CheckpointManager.save``
@@ -194,7 +194,7 @@ def repair(directory: str | os.PathLike) -> Repair:
 
 
 def fit_backup_callbacks(backup_dir: str | os.PathLike, steps_per_epoch: int) -> list:
-    """Callbacks that make ``model.fit`` resumable after a kill (notebook 08, cell ``backup-callback``).
+    """Callbacks that make ``model.fit`` resumable after a kill (notebook 08_checkpoints_and_preemption, cell ``backup-callback``).
 
     1. ``keras.callbacks.BackupAndRestore`` saving at the end of every epoch, with
        ``double_checkpoint=True``: Keras rewrites its backup file in place, so a kill during that

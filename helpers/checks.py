@@ -1,4 +1,4 @@
-"""Show an error a lesson expects, without stopping "Run all" (notebooks 01, 02, 03, 08).
+"""Show an error a lesson expects, without stopping "Run all" (notebooks 01_tpu_detection_and_connection, 02_building_in_strategy_scope, 03_keras_compile_and_fit, 08_checkpoints_and_preemption).
 
 A notebook cell that raises stops Colab's and Jupyter's "Run all". Lessons that demonstrate a
 failure wrap it in :func:`expect_error`, which prints the real error and fails loudly if the

@@ -2,7 +2,7 @@
 
 The lessons train on Fashion-MNIST: MNIST's drop-in replacement (the same 28x28 grey images, 60,000
 for training and 10,000 for testing, 10 classes), which is harder to fit, so a bug shows in the
-accuracy. Notebooks 01 (loading), 03 and 06 (pipelines) show it.
+accuracy. Notebooks 01_tpu_detection_and_connection (loading), 03 and 06 (pipelines) show it.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def make_dataset(
 ):
     """A ``tf.data.Dataset`` of ``(images, labels)`` batches with static shapes.
 
-    The in-memory twin of ``train_tpu.train_dataset``, which notebook 03 now uses.
+    The in-memory twin of ``train_tpu.train_dataset``, which notebook 03_keras_compile_and_fit now uses.
 
     ``drop_remainder=True`` gives every batch the same shape, so XLA compiles the step once.
     Training data is shuffled and repeated; pass ``steps_per_epoch`` to ``fit`` with it.

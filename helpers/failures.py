@@ -3,7 +3,7 @@
 Each :class:`KnownFailure` is recognised by stable fragments of the text users posted (the
 sources name the threads), so an exception, pip's output or a log line can be turned into the
 fix: :func:`recognise` finds the row, :func:`explain` says it in a sentence. The install routes
-explain a failed pip run with it, and the self-test records which rows it met. Notebook 01 shows the table (:func:`markdown_table`).
+explain a failed pip run with it, and the self-test records which rows it met. Notebook 01_tpu_detection_and_connection shows the table (:func:`markdown_table`).
 
 Two conditions are looked for before anything fails: another library of this process already
 holding the TPU (:func:`tpu_owner_in_process`), and a Keras release with the known
@@ -36,7 +36,7 @@ __all__ = [
 class KnownFailure:
     """One failure users report: the fragments that identify it, its meaning, its fix, sources.
 
-    Recorded by the self-test (notebook 00).
+    Recorded by the self-test (notebook 00_tpu_self_test).
     """
 
     key: str
@@ -58,7 +58,7 @@ FAILURES: tuple[KnownFailure, ...] = (
         ),
         "this TensorFlow has no TPU support: a CPU build (tensorflow or tensorflow-cpu) runs on "
         "a TPU VM, as Colab's and Kaggle's TPU images are today",
-        "install the TPU build of this platform's route (the route table, notebook 01) and "
+        "install the TPU build of this platform's route (the route table, notebook 01_tpu_detection_and_connection) and "
         "restart the runtime; the setup cell does both on Colab and Kaggle",
         (
             "googlecolab/colabtools#5203",
@@ -121,7 +121,7 @@ FAILURES: tuple[KnownFailure, ...] = (
         ),
         "installing a TPU build of TensorFlow replaced the libtpu that JAX needs, so JAX fell "
         "back to the CPU",
-        "run Keras on JAX (notebook 12) in a fresh runtime where no TPU build of TensorFlow was "
+        "run Keras on JAX (notebook 12_keras3_on_jax) in a fresh runtime where no TPU build of TensorFlow was "
         "installed",
         ("jax-ml/jax#29989", "jax-ml/jax#28811"),
     ),
@@ -139,7 +139,7 @@ _CONFLICT = re.compile(r"depends on (libtpu==[\w.]+)")
 
 
 def recognise(text: str | BaseException) -> KnownFailure | None:
-    """The known failure ``text`` (or an exception's message) shows, or None (notebook 01).
+    """The known failure ``text`` (or an exception's message) shows, or None (notebook 01_tpu_detection_and_connection).
 
     Taught in notebook 01.
     """
@@ -162,7 +162,7 @@ def explain(text: str | BaseException) -> str | None:
 
 
 def markdown_table() -> str:
-    """The table notebook 01 shows: what users see, what it means, the fix, where reported."""
+    """The table notebook 01_tpu_detection_and_connection shows: what users see, what it means, the fix, where reported."""
     rows = ["| what you see | what it means | the fix | reported in |", "|---|---|---|---|"]
     for failure in FAILURES:
         seen = "<br>".join(f"`{_plain(sign)}`" for sign in failure.signs[:2])
@@ -182,7 +182,7 @@ def _plain(sign: str) -> str:
 def tpu_owner_in_process(
     modules: Mapping[str, object] | None = None, fd_dir: str | Path = "/proc/self/fd"
 ) -> str | None:
-    """The library of this process that already holds the TPU, or None (notebook 01).
+    """The library of this process that already holds the TPU, or None (notebook 01_tpu_detection_and_connection).
 
     Looked up without initialising anything: JAX's backends dict once JAX has started one
     (``jax._src.xla_bridge._backends``), torch_xla's runtime flag
@@ -227,7 +227,7 @@ def conditions_seen(
     keras: str | None = None,
     modules: Mapping[str, object] | None = None,
 ) -> list[str]:
-    """The known traps this process is in, by :data:`FAILURES` key (notebook 00's report).
+    """The known traps this process is in, by :data:`FAILURES` key (notebook 00_tpu_self_test's report).
 
     From the environment: TPU hardware with a TensorFlow that cannot drive it, a libtpu that does
     not match, another library holding the TPU, a Keras with the multi-replica bugs

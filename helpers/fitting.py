@@ -1,4 +1,4 @@
-"""Keras ``compile``/``fit`` on a distribution strategy: the choices that depend on it (notebook 03).
+"""Keras ``compile``/``fit`` on a distribution strategy: the choices that depend on it (notebook 03_keras_compile_and_fit).
 
 - the global batch itself: :mod:`helpers.batches` (``plan_batch``);
 - :func:`scaled_learning_rate`: the learning rate grows with the global batch;
@@ -8,7 +8,7 @@
   change it (the self-test's fit check);
 - :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
 
-Notebook 03 writes the learning-rate rule and the whole-call epoch in plain TensorFlow, and takes
+Notebook 03_keras_compile_and_fit writes the learning-rate rule and the whole-call epoch in plain TensorFlow, and takes
 the ``steps_per_execution`` choice from ``train_tpu.fit_steps_per_execution``.
 """
 

@@ -1,8 +1,8 @@
 """Keras 3 on JAX: the collection's training with ``keras.distribution`` instead of TPUStrategy.
 
-Notebook 12 runs the reference script's data and model parts on JAX (they never touch
+Notebook 12_keras3_on_jax runs the reference script's data and model parts on JAX (they never touch
 TensorFlow) and keeps :class:`helpers.loops.Equivalence` (the 8-versus-1 verdict of notebook
-04). What differs lives here:
+04_custom_training_loops). What differs lives here:
 
 - :func:`configure` runs before Keras or JAX is first imported: it selects the JAX backend,
   simulates devices on a CPU-only host and refuses a process that already imported TensorFlow
@@ -98,7 +98,7 @@ def configure(
 
     Sets ``KERAS_BACKEND=jax`` and, when no TPU or GPU is in sight and ``simulated_devices`` >
     1, ``XLA_FLAGS`` so that JAX's CPU platform shows that many devices (the counterpart of
-    the simulated TPU of notebook 01), and ``PJRT_NPROC`` (unless already set) to
+    the simulated TPU of notebook 01_tpu_detection_and_connection), and ``PJRT_NPROC`` (unless already set) to
     :func:`thread_pool_size`, so that a busy machine with fewer cores than devices does not
     deadlock in a collective. All of them only work before the first import of Keras and
     JAX, so a process that already imported them with other settings, or that imported
@@ -156,7 +156,7 @@ def placement(array) -> str:
 
 # The oldest jaxlib on which sharded training with Keras' donated step state was seen to be right
 # on simulated CPU devices: 0.10.2 (the main stack). On 0.7.2 (the kaggle and colab stacks) the
-# 2 x 4 mesh of notebook 12 ended with different weights in about half of the runs, and in none
+# 2 x 4 mesh of notebook 12_keras3_on_jax ended with different weights in about half of the runs, and in none
 # of 20 without donation; the releases in between were not checked.
 DONATION_RIGHT_FROM = (0, 10)
 
@@ -167,7 +167,7 @@ def donation_is_safe(jaxlib_version: str | None = None) -> bool:
     On a CPU with simulated devices, jaxlib 0.7.2 sometimes returns wrong weights from a sharded
     training step whose inputs are donated (Keras donates the model state to its compiled
     step); :data:`DONATION_RIGHT_FROM` says what was checked. ``jaxlib_version`` defaults to
-    the installed one. Used by :func:`train_same_batches` (notebook 12).
+    the installed one. Used by :func:`train_same_batches` (notebook 12_keras3_on_jax).
     """
     if jaxlib_version is None:
         jaxlib_version = importlib.metadata.version("jaxlib")
@@ -265,7 +265,7 @@ def check_device_equivalence(
     """Train the same model under ``distribution`` and ``reference``; compare the final weights.
 
     Both start from the weights ``make_model()`` draws under ``distribution`` and see the same
-    batches. The verdict is notebook 04's :class:`helpers.loops.Equivalence`: the runs agree
+    batches. The verdict is notebook 04_custom_training_loops's :class:`helpers.loops.Equivalence`: the runs agree
     when the largest weight difference is below ``rtol`` times the largest update.
     Taught in notebook 12.
     """

@@ -13,7 +13,7 @@ a few lines:
 4. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
    simulation.
 
-Notebook 01 introduces it; every lesson runs it.
+Notebook 01_tpu_detection_and_connection introduces it; every lesson runs it.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def start(
 ) -> None:
     """Set up a lesson's process (see the module docstring) and print one line about it.
 
-    ``backend`` is ``"tensorflow"`` (the lessons), ``"jax"`` (Keras on JAX, notebook 12: no
+    ``backend`` is ``"tensorflow"`` (the lessons), ``"jax"`` (Keras on JAX, notebook 12_keras3_on_jax: no
     TensorFlow in the process) or ``None`` (a lesson with neither). Returns nothing, so the
     cell shows only the line.
     Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12.

@@ -1,4 +1,4 @@
-"""Custom training loops for ``tf.distribute`` strategies (notebook 04).
+"""Custom training loops for ``tf.distribute`` strategies (notebook 04_custom_training_loops).
 
 The step function follows the rules a TPU needs:
 
@@ -11,11 +11,11 @@ The step function follows the rules a TPU needs:
   carry a per-replica value out of it.
 
 :func:`check_replica_equivalence` proves a step function right: trained for a few steps on many
-replicas and on one, the same model must end with the same weights. Notebook 04 ends with the same
+replicas and on one, the same model must end with the same weights. Notebook 04_custom_training_loops ends with the same
 check as a few plain lines to paste (``weights_after``, ``compare``) and runs both.
 
 The step and the multi-step loop are the reference script's (``train_tpu.make_train_step``,
-``train_tpu.many_steps``, shown by notebook 04); :func:`make_train_steps` calls them.
+``train_tpu.many_steps``, shown by notebook 04_custom_training_loops); :func:`make_train_steps` calls them.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def check_replica_equivalence(
     the official examples write it: ``step(inputs)``, which unpacks ``images, labels = inputs``
     and is called as ``strategy.run(step, args=(batch,))``, or ``step(images, labels)``. It may
     return its loss or nothing (the losses are then NaN); the steps run as
-    :func:`make_train_steps` runs its own. The readiness check (notebook 10) points here.
+    :func:`make_train_steps` runs its own. The readiness check (notebook 10_tpu_readiness_check) points here.
 
     A correct step function makes the replica count invisible: the weights agree up to float
     rounding. Returns an :class:`Equivalence`; call ``.check()`` on it to raise on a mismatch.
@@ -301,7 +301,7 @@ def compare_runs(
     """The :class:`Equivalence` of two runs from the same ``start`` weights.
 
     ``replicas`` and ``losses`` are (run, reference) pairs; ``finals`` the two runs' final
-    weights, in the order of ``names``. Also used by ``jax_port`` (notebook 12).
+    weights, in the order of ``names``. Also used by ``jax_port`` (notebook 12_keras3_on_jax).
     Taught in notebook 12.
     """
     multi, single = finals

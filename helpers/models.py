@@ -1,4 +1,4 @@
-"""The small models the lessons train (notebooks 02 to 09).
+"""The small models the lessons train (notebooks 02_building_in_strategy_scope to 09_scaling_out_to_pods).
 
 Kept deliberately small ("keep examples quick"): the lessons are about distribution, not about
 accuracy. Sizes follow the TPU's tiles: hidden widths are multiples of 128.
@@ -26,19 +26,19 @@ def build_classifier(
 ):
     """A multilayer perceptron from images to class **logits** (no softmax).
 
-    Notebook 05 teaches the per-layer ``dtype=`` policy and the float32 output layer on the
+    Notebook 05_bfloat16_mixed_precision teaches the per-layer ``dtype=`` policy and the float32 output layer on the
     reference script's CNN (``train_tpu.build_model``); this model follows the same rules.
     The output layer is forced to float32 so that under a ``mixed_bfloat16`` policy the logits
-    and the loss stay in float32 (notebook 05). Build it inside ``strategy.scope()`` (notebook 02).
-    ``seed`` makes the initial weights reproducible, which notebooks 04 and 08 rely on to compare
+    and the loss stay in float32 (notebook 05_bfloat16_mixed_precision). Build it inside ``strategy.scope()`` (notebook 02_building_in_strategy_scope).
+    ``seed`` makes the initial weights reproducible, which notebooks 04_custom_training_loops and 08_checkpoints_and_preemption rely on to compare
     runs. ``l2`` > 0 adds an L2 penalty on both kernels (``model.losses``), which a custom
-    training loop must scale per replica (notebook 04). ``dtype`` is the dtype policy of the
+    training loop must scale per replica (notebook 04_custom_training_loops). ``dtype`` is the dtype policy of the
     hidden layers, e.g. ``"mixed_bfloat16"``; None follows Keras' global policy. Set per model,
-    it leaves the notebook's other models unchanged (notebook 05).
+    it leaves the notebook's other models unchanged (notebook 05_bfloat16_mixed_precision).
 
     ``input_dtype="uint8"`` takes raw 8-bit pixels and scales them to [0, 1] in the model's first
     layer, so the host ships a quarter of the bytes of float32 images and the cast runs on the
-    accelerator (the TPU self-test's recipe, notebook 00).
+    accelerator (the TPU self-test's recipe, notebook 00_tpu_self_test).
     Taught in notebooks 03, 06.
     """
     import keras

@@ -1,4 +1,4 @@
-"""Real multi-worker training on one machine: worker processes on loopback (notebook 09).
+"""Real multi-worker training on one machine: worker processes on loopback (notebook 09_scaling_out_to_pods).
 
 A pod slice runs one TensorFlow process per host, each with its own input pipeline, kept in step
 by all-reduce. The same mechanics run on one machine with ``MultiWorkerMirroredStrategy``: N
@@ -13,7 +13,7 @@ Two layers:
   the process that started it disappears, so nothing is left running.
 - :func:`train_on_loopback` uses it to train the reference script's model on N workers, with
   the script's pipeline and step (each runs the program :mod:`helpers._programs.worker`, whose
-  ``train_worker`` notebook 09 prints), and returns what every worker read and ended with, so a
+  ``train_worker`` notebook 09_scaling_out_to_pods prints), and returns what every worker read and ended with, so a
   notebook can check that the shards were disjoint and that all workers hold the same weights.
 
 Each worker uses one CPU device: these are separate processes, not the notebook's simulated TPU.
@@ -46,7 +46,8 @@ import numpy as np
 
 from helpers import batches, processes
 from helpers._arguments import positive_int
-from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (notebook 09 calls it here)
+
+# noqa: F401  (notebook 09_scaling_out_to_pods calls it here)
 
 __all__ = [
     "LOOPBACK",

@@ -1,22 +1,22 @@
-"""Input pipelines that keep a TPU fed: TFRecords, pipeline stages, throughput (notebook 06).
+"""Input pipelines that keep a TPU fed: TFRecords, pipeline stages, throughput (notebook 06_input_pipelines).
 
 A TPU step is fast; the host CPU that decodes and augments the next batch often is not. This
-module holds what notebook 06 measures:
+module holds what notebook 06_input_pipelines measures:
 
 - :func:`to_photos`, :func:`write_tfrecords`, :func:`read_tfrecords`, :func:`check_roundtrip`:
-  a sharded TFRecord dataset of PNG-encoded images, written and read back exactly. Notebook 06
-  writes the writing, parsing and reading out in plain TensorFlow; ``tests/test_lesson_code_06.py``
+  a sharded TFRecord dataset of PNG-encoded images, written and read back exactly. Notebook 06_input_pipelines
+  writes the writing, parsing and reading out in plain TensorFlow; ``tests/test_lesson_code_input_pipelines.py``
   checks that its cells write the same files and read the same records as these functions;
 - :func:`build_pipeline`: the same input pipeline at each optimisation stage of :data:`STAGES`,
   from the typical tutorial version to a vectorised one, as one function for the self-test (00)
-  and the benchmark; notebook 06 teaches the stages as its own cells, and checks with
+  and the benchmark; notebook 06_input_pipelines teaches the stages as its own cells, and checks with
   :func:`transformations` that they are built the same way;
 - :func:`read_tfrecords`, :func:`decode` and :func:`augment`: the reading and per-example work
   every stage shares, incidental to the lesson;
 - ``compare_throughput`` (examples per second and CPU work per example) and
   ``compare_timings``: measurements taken in one run, the candidates taking turns round by
   round, so that a busy machine slows every candidate alike; they live in :mod:`helpers.timing`
-  with every other clock and are importable from here, as notebook 06 calls them;
+  with every other clock and are importable from here, as notebook 06_input_pipelines calls them;
 - :func:`fill_caches`: one full pass over each pipeline that caches, before it is timed;
 - :func:`input_wait_fraction`: how much of a step is spent waiting for input;
 - :func:`autoshard_preview` and :func:`shard_plan`: how files are split over the workers or
@@ -36,7 +36,7 @@ import numpy as np
 from helpers import tf_internals
 from helpers._arguments import positive_int
 
-# Measured here in notebook 06, kept with every other clock in helpers.timing.
+# Measured here in notebook 06_input_pipelines, kept with every other clock in helpers.timing.
 from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
 
 __all__ = [
@@ -315,7 +315,7 @@ def build_pipeline(
 
 
 def transformations(dataset) -> list[str]:
-    """The transformations a ``tf.data`` pipeline is built of, source first (notebook 06).
+    """The transformations a ``tf.data`` pipeline is built of, source first (notebook 06_input_pipelines).
 
     For checking that two pipelines are built alike: e.g. ``["TFRecordDataset",
     "ShuffleDataset", "RepeatDataset", "MapDataset", "BatchDataset"]``; a parallel ``map`` shows
@@ -333,7 +333,7 @@ def transformations(dataset) -> list[str]:
 
 def fill_caches(datasets, batches: int) -> list[str]:
     """Draw ``batches`` batches from each pipeline of ``datasets`` (name -> dataset) that has a
-    ``cache()``; return the names of those pipelines (notebook 06).
+    ``cache()``; return the names of those pipelines (notebook 06_input_pipelines).
 
     Make ``batches`` one full pass and one batch more: the cache is then complete, kept by the
     dataset and shared by every later iterator, so a measurement afterwards sees the steady
@@ -355,7 +355,7 @@ def fill_caches(datasets, batches: int) -> list[str]:
 
 
 def input_wait_fraction(step_seconds: float, cached_step_seconds: float) -> float:
-    """The share of a training step spent waiting for input (notebook 06).
+    """The share of a training step spent waiting for input (notebook 06_input_pipelines).
 
     ``step_seconds`` is the step time fed by the real pipeline, ``cached_step_seconds`` the same
     step fed one batch held in memory, which costs no input work. The difference is time the

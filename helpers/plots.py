@@ -1,4 +1,4 @@
-"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 01, 03 to 07, 09 to 11).
+"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 01_tpu_detection_and_connection, 03_keras_compile_and_fit to 07_model_parallelism, 09_scaling_out_to_pods to 11_profiling_a_training_step).
 
 Sample images with their class names (01), training curves and bar charts (03 to 06, 10), the shares of a profiled step (11), TPU device assignments (07, also importable as
 ``topology.plot_assignments``) and a multi-worker run (09, also ``multiworker.plot_run``).
@@ -97,7 +97,7 @@ def plot_bars(
     *,
     reference: tuple[float, str] | None = None,
 ):
-    """A bar chart of named measurements, each bar labelled with its value (notebooks 03 to 06).
+    """A bar chart of named measurements, each bar labelled with its value (notebooks 03_keras_compile_and_fit to 06_input_pipelines).
 
     With ``baseline`` set, each label also shows the ratio to that bar, e.g. ``"3.2x"``.
     ``reference`` draws a dashed line at a value, e.g. what a device consumes, named in the
@@ -152,7 +152,7 @@ def _keep_labels_off_the_line(fig, ax, labels, heights, line: float) -> None:
 
 
 def plot_step_shares(shares: Mapping[str, Mapping[str, float]], title: str = ""):
-    """One horizontal bar per run, split into the shares of its step time (notebook 11).
+    """One horizontal bar per run, split into the shares of its step time (notebook 11_profiling_a_training_step).
 
     ``shares`` maps a run's name to ``{part: share}``, e.g. ``{"input": 0.4, "compute": 0.5,
     "other": 0.1}``; parts are stacked in the order of the first run and labelled when wide.
@@ -190,7 +190,7 @@ def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, gri
     Each core shows the replica (colour and ``r``) and the logical device (``l``) it serves;
     on slices with several hosts, dashed outlines group the chips of one host. Slices with
     several z planes draw the planes side by side. Returns the matplotlib figure. Taught in
-    notebook 07, which calls it as ``topology.plot_assignments``: that one passes
+    notebook 07_model_parallelism, which calls it as ``topology.plot_assignments``: that one passes
     ``grid=topology.assignment_grid`` (the replica and logical device of every core), so this
     module imports nothing from the modules that use it.
     """
@@ -302,8 +302,7 @@ def plot_worker_run(run, examples: int = 96, columns: int = 96):
     examples read by more than one worker (empty when the shards are disjoint); with more
     examples than ``columns``, each column is a group of neighbouring examples. Right: the loss
     every worker saw, step by step; identical training draws the curves on top of each other.
-    Returns the matplotlib figure (notebook 09).
-    Taught in notebook 09.
+    Returns the matplotlib figure (notebook 09_scaling_out_to_pods).
     """
     import matplotlib.pyplot as plt
 

@@ -1,4 +1,4 @@
-"""bfloat16 and mixed precision: the format, the Keras policy, what it saves (notebook 05).
+"""bfloat16 and mixed precision: the format, the Keras policy, what it saves (notebook 05_bfloat16_mixed_precision).
 
 - :func:`format_table`, :func:`to_bfloat16`, :func:`rounding_table`, :func:`running_sum`: what
   bfloat16 can and cannot represent, from its bit layout;
@@ -7,7 +7,7 @@
   stores its weights in and computes in;
 - :func:`weight_bytes`, :func:`activation_bytes`: memory measured from the model's tensors;
 - ``epoch_timer``: seconds per training epoch, for a speed comparison (it lives in
-  ``helpers.timing``, with every other clock; imported here, where notebook 05 uses it).
+  ``helpers.timing``, with every other clock; imported here, where notebook 05_bfloat16_mixed_precision uses it).
 
 TensorFlow and Keras are imported inside the functions, never at module level.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helpers.timing import epoch_timer  # noqa: F401  (notebook 05 calls precision.epoch_timer)
+from helpers.timing import epoch_timer  # noqa: F401  (notebook 05_bfloat16_mixed_precision calls precision.epoch_timer)
 
 __all__ = [
     "BITS",
@@ -85,7 +85,7 @@ class FloatFormat:
 
 
 def format_table() -> list[FloatFormat]:
-    """float32, bfloat16 and float16 side by side (notebook 05).
+    """float32, bfloat16 and float16 side by side (notebook 05_bfloat16_mixed_precision).
 
     Taught in notebook 05.
     """
@@ -186,7 +186,7 @@ class LayerDtypes:
 
 
 def layer_dtypes(model) -> list[LayerDtypes]:
-    """The dtypes of every layer of a built Keras model (notebook 05).
+    """The dtypes of every layer of a built Keras model (notebook 05_bfloat16_mixed_precision).
 
     ``output_dtype`` is what the layer actually produces in the model's graph (None when the
     layer has not been called on a symbolic input, e.g. in an unbuilt Sequential model).
@@ -231,7 +231,7 @@ def dtype_table(model) -> str:
 
 
 def check_float32_output(model) -> None:
-    """Raise ``ValueError`` unless every output of ``model`` is float32 (notebook 05).
+    """Raise ``ValueError`` unless every output of ``model`` is float32 (notebook 05_bfloat16_mixed_precision).
 
     Under ``mixed_bfloat16`` the last layer must still compute in float32: softmax and
     cross-entropy in bfloat16 lose the small differences between probabilities that the loss
@@ -259,7 +259,7 @@ def weight_bytes(model) -> int:
 
 
 def activation_bytes(model, batch) -> dict[str, int]:
-    """Bytes of each layer's output for ``batch``, measured by running the model (notebook 05).
+    """Bytes of each layer's output for ``batch``, measured by running the model (notebook 05_bfloat16_mixed_precision).
 
     These are the activations a training step keeps in memory for the backward pass; under
     ``mixed_bfloat16`` they are half the size. The input layer is left out (it is the batch).

@@ -1,4 +1,4 @@
-"""A ``fit`` run with Keras' ``BackupAndRestore`` that is killed and resumed (notebook 08's aside).
+"""A ``fit`` run with Keras' ``BackupAndRestore`` that is killed and resumed (notebook 08_checkpoints_and_preemption's aside).
 
 The run is a program of its own, started in a new process so that it can really be killed
 (SIGKILL: no exception, no ``finally``, no chance to save)::
@@ -7,7 +7,7 @@ The run is a program of its own, started in a new process so that it can really 
 
 It trains the reference script's model on the script's pipeline with the script's
 ``compile_for_fit``, plus ``BackupAndRestore``. The custom loop's resume is the script's own
-(``train_tpu.checkpointing``/``restore``; notebook 08 kills ``train_tpu.py`` itself with
+(``train_tpu.checkpointing``/``restore``; notebook 08_checkpoints_and_preemption kills ``train_tpu.py`` itself with
 ``helpers.save_faults``). Run the same command again after a kill and it continues from the
 last backup; run it after it finished and it does nothing more.
 
@@ -49,7 +49,8 @@ __all__ = [
 
 PROGRAM = "helpers._programs.preemptible"  # what the child process runs: python -m PROGRAM
 
-MODES = ("fit",)  # the custom loop's kill and resume is the script's (notebook 08)
+# the custom loop's kill and resume is the script's (notebook 08_checkpoints_and_preemption)
+MODES = ("fit",)
 LOG_NAME = "progress.jsonl"
 
 
@@ -218,7 +219,7 @@ def run_to_end(config: RunConfig, *, timeout: float = 300.0, env: dict | None = 
 def summarize(events: list[dict], steps_per_epoch: int) -> dict:
     """What a sequence of runs (one log, several processes) did, from their events.
 
-    Returns per-run rows and the totals notebook 08 asserts: ``final_step``, ``steps_run`` (all
+    Returns per-run rows and the totals notebook 08_checkpoints_and_preemption asserts: ``final_step``, ``steps_run`` (all
     training steps computed, in all processes), ``repeated_steps`` (computed more than once
     because a kill lost them) and ``repeated_epochs`` (epochs that had *finished* in one process
     and were trained again by a later one: must be empty).

@@ -1,7 +1,7 @@
 """Child processes: the one place that decides their environment and TensorFlow's log level.
 
-Lessons start other Python processes: training programs that get killed (notebook 08), the
-workers of a local cluster (notebook 09), the self-test's restart, the benchmark's measurements
+Lessons start other Python processes: training programs that get killed (notebook 08_checkpoints_and_preemption), the
+workers of a local cluster (notebook 09_scaling_out_to_pods), the self-test's restart, the benchmark's measurements
 and the tests' fresh interpreters. Each needs the same things, so they come from here:
 
 - :data:`TF_LOG_LEVEL`, the only place a TensorFlow log level is chosen (``2``: C++ errors only).
@@ -13,10 +13,10 @@ and the tests' fresh interpreters. Each needs the same things, so they come from
 - :func:`child_env` builds a child's environment from all of the above;
   :func:`default_sigint` gives a child program back the Ctrl-C that a shell may have taken away.
 - :func:`start`, :func:`stop` and :func:`log_tail` supervise the children that run on their own
-  (notebook 08's killed training runs, notebook 09's workers): output into a log file, never a
+  (notebook 08_checkpoints_and_preemption's killed training runs, notebook 09_scaling_out_to_pods's workers): output into a log file, never a
   pipe; every child killed and reaped whatever happens to the parent.
 
-Nothing here imports TensorFlow. Notebooks 08 and 09 start such programs.
+Nothing here imports TensorFlow. Notebooks 08_checkpoints_and_preemption and 09_scaling_out_to_pods start such programs.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ TF_LOG_LEVEL = "2"  # C++ errors only; Python warnings are kept (helpers.quiet)
 # Environment variables that TPU hosts set (Kaggle sets ISTPUVM; Cloud TPU VMs the others).
 TPU_ENV_HINTS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
 
-# libtpu stays unloaded and no GPU is mapped: the parent keeps its accelerator (notebooks 08, 09).
+# libtpu stays unloaded and no GPU is mapped: the parent keeps its accelerator (notebooks 08_checkpoints_and_preemption, 09_scaling_out_to_pods).
 CPU_ONLY = {"TPU_LOAD_LIBRARY": "0", "CUDA_VISIBLE_DEVICES": ""}
 
 # Lines TensorFlow writes while it loads, before absl::InitializeLog() runs, where no log level

@@ -1,4 +1,4 @@
-"""Capture a profile of a few training steps and read it without TensorBoard (notebook 11).
+"""Capture a profile of a few training steps and read it without TensorBoard (notebook 11_profiling_a_training_step).
 
 The TensorBoard profiler writes one ``<host>.xplane.pb`` file per capture: every TensorFlow
 op, every ``tf.data`` stage and every ``tf.function`` call, with its start and duration, on
@@ -70,7 +70,7 @@ STEP_EVENT = "train"
 # profile has no STEP_EVENT marker.
 KERAS_BATCH_EVENT = "Profiled batch"
 # A verdict whose deciding share lies within this many points of its line is called borderline:
-# profiles of the same run move by more than that on a busy machine (notebook 11's aside: run C's
+# profiles of the same run move by more than that on a busy machine (notebook 11_profiling_a_training_step's aside: run C's
 # host share read 42% and then 33% of the time not waiting for input).
 BORDERLINE_MARGIN = 0.03
 # Events that are the host or a replica waiting for the next batch of a tf.data iterator.
@@ -122,8 +122,8 @@ def profile_calls(
     step ends when the work does. Run it once before, so the profile holds no first trace.
     ``warmup`` calls run just before the capture, unrecorded: they use up the batches that
     prefetch buffers filled while the program did something else, which would hide waits.
-    Returns ``(xplane path, extract(xplane path))``. Notebook 11 writes these lines by hand for
-    its first profile (tests/test_lesson_code_11.py reads both alike).
+    Returns ``(xplane path, extract(xplane path))``. Notebook 11_profiling_a_training_step writes these lines by hand for
+    its first profile (tests/test_lesson_code_profiling_a_training_step.py reads both alike).
     Taught in notebook 11.
     """
     for i in range(warmup):
@@ -204,7 +204,7 @@ def retracing_warning_hidden():
 
     The lesson finds retracing in the profile; the warning would give the answer away (and it
     appears only after five retraces in a row, so it is no substitute for a profile). Taught in
-    notebook 11.
+    notebook 11_profiling_a_training_step.
     Taught in notebook 11.
     """
     logger = logging.getLogger("tensorflow")
@@ -220,7 +220,7 @@ class NoStepMarkers(ValueError):
     """A profile without the ``step()`` markers that say where each training step begins.
 
     Raised by :func:`extract`; :func:`profile_calls` takes the profile again once. Taught in
-    notebook 11.
+    notebook 11_profiling_a_training_step.
     """
 
 
@@ -504,14 +504,14 @@ FIXES = {
     "shapes static: drop_remainder=True, pad to fixed lengths (padded_shapes), or give the "
     "tf.function an input_signature with None where a size really changes",
     "input-bound": "parallel map, cache, prefetch and vectorise the tf.data pipeline (notebook "
-    "06), and keep Python (tf.py_function, from_generator) out of it (notebook 10)",
-    "host-overhead": "run many steps per call: steps_per_execution in fit (notebook 03), "
-    "a tf.range loop in one tf.function (notebook 04)",
+    "06), and keep Python (tf.py_function, from_generator) out of it (notebook 10_tpu_readiness_check)",
+    "host-overhead": "run many steps per call: steps_per_execution in fit (notebook 03_keras_compile_and_fit), "
+    "a tf.range loop in one tf.function (notebook 04_custom_training_loops)",
     "compute-bound": "the ops are the limit, so more steps per call would gain little: start "
-    "with the slowest op types, then bfloat16 (notebook 05), a per-replica batch and layer "
-    "widths in multiples of 128 that fill the TPU's matrix tiles (notebook 10)",
+    "with the slowest op types, then bfloat16 (notebook 05_bfloat16_mixed_precision), a per-replica batch and layer "
+    "widths in multiples of 128 that fill the TPU's matrix tiles (notebook 10_tpu_readiness_check)",
     "healthy": "nothing outside the ops to fix in this profile; for more speed, the ops "
-    "themselves: the slowest op types, bfloat16 (notebook 05), tile-filling sizes (notebook 10)",
+    "themselves: the slowest op types, bfloat16 (notebook 05_bfloat16_mixed_precision), tile-filling sizes (notebook 10_tpu_readiness_check)",
 }
 # The host-overhead fix when each call already runs several training steps.
 HOST_WORK_IN_STEPS_FIX = (
@@ -538,7 +538,7 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
        nothing waited for input) took at least ``HOST_BOUND_SHARE`` (40%) of the call's time
        not spent waiting for input, i.e. of the call once the input is fixed. Removing work of
        that share would make a call at most 1 / (1 - 0.4), about 1.7x, faster: the order of
-       what many steps per call gain in notebook 04. Below the line the ops take the larger
+       what many steps per call gain in notebook 04_custom_training_loops. Below the line the ops take the larger
        part. The line also keeps clear of what the simulated TPU pays in every run, busy or
        not: launching each op on 8 replicas took 20% and 33% of the time not waiting for input
        in the busy runs of ``tests/data/profiles.json`` (``busy_one_step``, ``many_steps``),
@@ -650,7 +650,7 @@ def profiler_tool(xplane_path: str | os.PathLike, tool: str):
     ``tool`` is a TensorBoard Profile tab's tool, e.g. ``"input_pipeline_analyzer"``,
     ``"framework_op_stats"`` or ``"overview_page"``. Needs the ``xprof`` package (the
     profiler behind TensorBoard's Profile tab). Its C++ log lines are dropped. Taught in
-    notebook 11.
+    notebook 11_profiling_a_training_step.
     Taught in notebook 11.
     """
     with quiet._captured_stderr():

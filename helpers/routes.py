@@ -1,6 +1,6 @@
 """Install routes: which TensorFlow can drive a TPU on this platform and Python, and how to get it.
 
-Shown in notebook 01; used by every notebook's setup cell (through ``runtime.ensure_tensorflow``)
+Shown in notebook 01_tpu_detection_and_connection; used by every notebook's setup cell (through ``runtime.ensure_tensorflow``)
 and by the TPU self-test. Two small tables of facts, each fact with its source and whether it was
 seen on TPU hardware, and one decision, :func:`choose_route`:
 
@@ -390,7 +390,7 @@ def route_table(pythons: tuple[str, ...] = PYTHONS_CHECKED) -> list[dict]:
 
 
 def markdown_table(verified: dict[str, str] | None = None) -> str:
-    """The platforms' routes as a Markdown table, every claim labelled (README and notebook 01).
+    """The platforms' routes as a Markdown table, every claim labelled (README and notebook 01_tpu_detection_and_connection).
 
     ``verified`` gives the "verified on a TPU" words of a platform's route; a platform not in it
     says "no" (the README and the book pass what the hardware records decide, see

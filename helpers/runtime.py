@@ -42,7 +42,7 @@ class RestartRequired(RuntimeError):
 
 
 def detect_platform(env: Mapping[str, str] | None = None) -> str:
-    """Return ``"colab"``, ``"kaggle"``, ``"cloud-tpu-vm"``, ``"ci"`` or ``"local"`` (notebook 01).
+    """Return ``"colab"``, ``"kaggle"``, ``"cloud-tpu-vm"``, ``"ci"`` or ``"local"`` (notebook 01_tpu_detection_and_connection).
 
     Taught in notebooks 00, 01.
     """
@@ -87,7 +87,7 @@ class TPUSupport:
 
 
 def tensorflow_tpu_support() -> TPUSupport:
-    """Judge from package metadata whether this TensorFlow can drive a TPU (notebook 01).
+    """Judge from package metadata whether this TensorFlow can drive a TPU (notebook 01_tpu_detection_and_connection).
 
     ``tensorflow-tpu`` 2.19.x pins a matching libtpu and is the known-good choice. 2.20.0 counts
     only beside the libtpu that :mod:`helpers.routes` pins for it (unverified on hardware, so
@@ -248,5 +248,5 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
         f"Installed {route.release.requirement} (route {route.name}). Restart the runtime now "
         f"({route.restart}) and run the notebook again; this cell will then pass. The image's "
         "JAX and torch_xla cannot use the TPU in this runtime any more (jax-ml/jax#29989): run "
-        "Keras on JAX (notebook 12) in a fresh runtime."
+        "Keras on JAX (notebook 12_keras3_on_jax) in a fresh runtime."
     )

@@ -1,4 +1,4 @@
-"""Stop a checkpoint save at a chosen phase: fault injection for kill-and-resume (notebook 08).
+"""Stop a checkpoint save at a chosen phase: fault injection for kill-and-resume (notebook 08_checkpoints_and_preemption).
 
 ``tf.train.CheckpointManager.save`` goes through these phases, in this order (TensorFlow 2.19
 and 2.21); a preemption can land in any of them:
@@ -122,7 +122,7 @@ def kill_script(
     before it: the steps since the previous save are lost); ``kill_at=None`` kills nothing. With
     ``cpu`` the script ignores any TPU of this host and runs on the simulated TPU: a notebook's
     kernel holds the TPU, and a second process cannot share it. From a shell:
-    ``python -m helpers.save_faults [--kill-at K --phase P] -- ARGS`` (notebook 08 and
+    ``python -m helpers.save_faults [--kill-at K --phase P] -- ARGS`` (notebook 08_checkpoints_and_preemption and
     tests/test_train_tpu.py start it so); where nothing is killed, that is ``python -m train_tpu ARGS``.
     """
     import train_tpu

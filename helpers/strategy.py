@@ -1,7 +1,7 @@
 """``connect()`` calls the reference script's ``train_tpu.connect``; ``describe()`` says what it chose.
 
 The connection has one home, the reference script's part "connect" (``train_tpu.connect``,
-shown by notebook 01): a TPU when its signs are there (never a silent CPU fallback on a TPU
+shown by notebook 01_tpu_detection_and_connection): a TPU when its signs are there (never a silent CPU fallback on a TPU
 host), several GPUs, or on a CPU a *simulated TPU* of ``SIMULATED_REPLICAS`` logical CPU
 devices. This module adds what a helper needs around it: the replica count is checked, asking
 for another count once TensorFlow has started is a clear error, distributed iterators run
@@ -9,7 +9,7 @@ untuned on a CPU (``tf_internals.untuned_distributed_input``), and :func:`descri
 was chosen.
 
 ``train_tpu`` is imported inside the functions: importing it sets ``KERAS_BACKEND=tensorflow``,
-and lesson 12 runs Keras on JAX in a process that imports ``helpers``.
+and lesson 12_keras3_on_jax runs Keras on JAX in a process that imports ``helpers``.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _kind(strategy) -> str:
 
 @dataclass
 class StrategyInfo:
-    """What :func:`connect` chose, printable as a short table (notebook 01)."""
+    """What :func:`connect` chose, printable as a short table (notebook 01_tpu_detection_and_connection)."""
 
     kind: str
     replicas: int

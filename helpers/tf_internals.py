@@ -27,7 +27,7 @@ __all__ = [
 
 
 def validate_tpu_run_function(fn) -> None:
-    """Run ``TPUStrategy.run``'s first check on ``fn`` without a TPU (notebook 04).
+    """Run ``TPUStrategy.run``'s first check on ``fn`` without a TPU (notebook 04_custom_training_loops).
 
     Raises ``NotImplementedError`` for a plain Python function ("pure eager"); a ``tf.function``
     passes. Internal because the check is reachable only through ``TPUStrategy.run``.
@@ -148,7 +148,7 @@ def untuned_distributed_input(tf) -> bool:
     (``Model::OptimizeLoop``), which sleeps out an optimisation period that doubles up to 60 s
     as the iterator ages; a distributed iterator has one such thread on the host pipeline and one
     per replica. With autotuning off on both, the same drop took 0.3 s. One CPU device
-    (``simulated_replicas=1``) stalled too: notebook 04's second "Run all" took 20 s instead of 11. TensorFlow has no public
+    (``simulated_replicas=1``) stalled too: notebook 04_custom_training_loops's second "Run all" took 20 s instead of 11. TensorFlow has no public
     switch for the per-replica pipelines it builds inside ``OwnedMultiDeviceIterator``, so this
     wraps the two private places where they are made; it changes nothing if they are missing.
     ``AUTOTUNE`` values still work without the tuner: parallel calls use the CPU core count.

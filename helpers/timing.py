@@ -1,4 +1,4 @@
-"""Timing that a reader can trust: synchronised, warmed up, repeated (notebooks 03 to 06).
+"""Timing that a reader can trust: synchronised, warmed up, repeated (notebooks 03_keras_compile_and_fit to 06_input_pipelines).
 
 Three rules make a timing of TensorFlow code mean something:
 
@@ -12,7 +12,7 @@ Three rules make a timing of TensorFlow code mean something:
 To compare two variants, :func:`compare` alternates them (A B, B A, A B ...) so that a slow spell
 of the machine hits both, and reports the ratio of their medians with the spread of the ratios
 of each pair; :func:`compare_timings` and :func:`compare_throughput` let several tasks or
-``tf.data`` pipelines take turns (notebook 06). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch
+``tf.data`` pipelines take turns (notebook 06_input_pipelines). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch
 (``fitting.time_fit`` builds on it). Every timing in the helpers, the self-test and
 ``tools/bench`` comes from this module.
 """
@@ -265,7 +265,7 @@ def compare_throughput(
     warmup: int = 2,
     rounds: int = 3,
 ) -> dict[str, Throughput]:
-    """Measure each ``tf.data`` pipeline's throughput and CPU cost in one run (notebook 06).
+    """Measure each ``tf.data`` pipeline's throughput and CPU cost in one run (notebook 06_input_pipelines).
 
     Fill any ``cache()`` first (``pipelines.fill_caches``), or the first round times the filling.
     For ``rounds`` rounds the pipelines take turns: each gets

@@ -1,4 +1,4 @@
-"""TPU slices, their topologies and device assignments, built without a TPU (notebook 07).
+"""TPU slices, their topologies and device assignments, built without a TPU (notebook 07_model_parallelism).
 
 TensorFlow describes a TPU slice with two objects:
 
@@ -12,7 +12,7 @@ TensorFlow describes a TPU slice with two objects:
 The layouts in :data:`SLICES` come from the platforms' documentation (chip grid, chips per host,
 cores per chip). The *order* in which a real host lists its devices is known for the 8-core v2/v3
 host only (see :class:`SliceSpec.layout_source`); the others are unverified on hardware, and
-notebook 07 compares them with the real topology when it runs on a TPU.
+notebook 07_model_parallelism compares them with the real topology when it runs on a TPU.
 
 The module also checks the divisibility rules of ``experimental_split_to_logical_devices`` and
 ``experimental_assign_to_logical_device`` before a TPU would, with errors that say what to change.
@@ -192,8 +192,8 @@ def device_coordinates(spec: str | SliceSpec) -> np.ndarray:
 def build_topology(spec: str | SliceSpec):
     """A ``tf.tpu.experimental.Topology`` for a slice in :data:`SLICES`, built on any machine.
 
-    Notebook 07 writes the v3-8 one by hand in plain TensorFlow (section 2); this gives back the
-    same topology (tests/test_lesson_code_07.py).
+    Notebook 07_model_parallelism writes the v3-8 one by hand in plain TensorFlow (section 2); this gives back the
+    same topology (tests/test_lesson_code_model_parallelism.py).
     Taught in notebook 07.
     """
     import tensorflow as tf
@@ -256,9 +256,9 @@ def build_assignment(topology, logical_devices: int = 1):
     """``DeviceAssignment.build`` with one replica per block of ``logical_devices`` cores.
 
     ``num_replicas x logical_devices`` equals the slice's core count: every core serves exactly
-    one (replica, logical device) pair. Notebook 07 calls ``DeviceAssignment.build`` by hand
+    one (replica, logical device) pair. Notebook 07_model_parallelism calls ``DeviceAssignment.build`` by hand
     for 2 logical devices on a v3-8 (section 3); this returns the same assignment
-    (tests/test_lesson_code_07.py).
+    (tests/test_lesson_code_model_parallelism.py).
     Taught in notebook 07.
     """
     import tensorflow as tf
@@ -412,7 +412,7 @@ def check_logical_device(logical_device_id: int, logical_devices: int) -> int:
 
 
 def sharding_annotations(concrete_function) -> list[dict]:
-    """The XLA sharding annotations in a traced function's graph (notebook 07).
+    """The XLA sharding annotations in a traced function's graph (notebook 07_model_parallelism).
 
     TPUStrategy's ``experimental_split_to_logical_devices`` and friends do not move data; they add
     an ``XlaSharding`` op that tells the XLA compiler how to spread a tensor over the logical
@@ -444,7 +444,7 @@ def sharding_annotations(concrete_function) -> list[dict]:
 
 
 def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
-    """Draw device assignments, one panel each (``helpers.plots.plot_assignments``; notebook 07).
+    """Draw device assignments, one panel each (``helpers.plots.plot_assignments``; notebook 07_model_parallelism).
 
     Taught in notebook 07.
     """

@@ -1,4 +1,4 @@
-"""TPU hardware facts as Google publishes them, in one place (notebooks 00, 03, 07, 10).
+"""TPU hardware facts as Google publishes them, in one place (notebooks 00_tpu_self_test, 03_keras_compile_and_fit, 07_model_parallelism, 10_tpu_readiness_check).
 
 The 8 x 128 layout a TPU pads arrays to and the batch that fills a matrix unit (Cloud TPU
 performance guide), which ``batches.plan_batch`` and the readiness checks measure against; each

@@ -74,10 +74,22 @@ def test_a_planted_broken_relative_link_fails_lint():
 
 
 def test_a_planted_reference_to_a_missing_lesson_fails_lint():
-    lessons = ("notebooks 01, 02 and " + "98", "Lesson " + "97", "notebooks 02 to 09")
-    planted = {_("~@x.py"): f'"""Taught in {lessons[0]}; {lessons[1]}; {lessons[2]}."""'}
+    # Typed apart, so that this file itself refers to no missing lesson and names none by number.
+    word = "notebook"
+    planted = {
+        _("~@x.py"): f'"""See {word} 98_gone; Lesson {"97"}; {word}s 02 {"to"} 09."""',
+        "README.md": f"[{word} 13]({_('notebooks@13_gone')}.ipynb)",
+        _("notebooks@x.ipynb"): _notebook(f"[{word} 09](10_tpu_readiness_check.ipynb)"),
+    }
     assert refs.stale_references(planted) == [
-        _(f"~@x.py: notebook {n} does not exist") for n in ("97", "98")
+        f"README.md: {word} 13 does not exist",
+        "README.md: " + _("notebooks@13_gone.ipynb does not exist"),
+        "README.md: the link " + _("notebooks@13_gone.ipynb: no such file"),
+        _(f"~@x.py: '{word}s 02 {'to'} 09': a lesson named by its number alone") + refs.BARE_FIX,
+        _(f"~@x.py: {word} 97 does not exist"),
+        _(f"~@x.py: {word} 98_gone names no lesson"),
+        _(f"notebooks@x.ipynb: the link [{word} 09] to lesson 10_tpu_readiness_check says ")
+        + "another number",
     ]
 
 

@@ -190,7 +190,7 @@ def test_a_torn_fit_backup_without_a_previous_one_fails_loudly(tmp_path):
 
 
 def test_fit_backup_callbacks_give_lesson_08s_backup_and_restore(tmp_path):
-    """The callback notebook 08 builds (cell backup-callback) is the one the fit program gets."""
+    """The callback notebook 08_checkpoints_and_preemption builds (cell backup-callback) is the one the fit program gets."""
     keras = pytest.importorskip("keras")
     notebook = (
         Path(__file__).resolve().parent.parent / "notebooks" / "08_checkpoints_and_preemption.ipynb"

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import manifest  # noqa: E402
 import notebook_files  # noqa: E402
+from lessons import lesson_name  # noqa: E402
 from runner import summary as run_summary  # noqa: E402
 
 RUN = os.environ.get("FIELD_GUIDE_EXECUTED")
@@ -42,11 +43,12 @@ def test_notebook_passed(path, summary):
     assert row["status"] in ("passed", "cached", run_summary.STDERR_STATUS), row.get("error")
 
 
-# Known to fail, with the reason; strict, so a fix shows up as a failure until removed here.
+# Known to fail, by lesson name, with the reason; strict, so a fix shows up as a failure until
+# removed here.
 KNOWN_STDERR: dict[str, str] = {}
 STDERR_CASES = [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_STDERR[p.name[:2]]))
-    if p.name[:2] in KNOWN_STDERR
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_STDERR[lesson_name(p)]))
+    if lesson_name(p) in KNOWN_STDERR
     else p
     for p in PATHS
 ]
@@ -77,10 +79,10 @@ def test_headline_is_filled_from_the_numbers_the_run_recorded(path, summary):
     )
 
 
-# Notebooks with no input pipeline or model of their own, so nothing for the readiness check.
+# Lessons with no input pipeline or model of their own, so nothing for the readiness check.
 NO_READINESS_CHECK = {
-    "07": "topologies and device assignments only: no dataset, no Keras model",
-    "12": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
+    "model_parallelism": "topologies and device assignments only: no dataset, no Keras model",
+    "keras3_on_jax": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
 }
 
 
@@ -91,13 +93,13 @@ def test_notebook_passed_the_readiness_check_on_its_own_pipeline(path, summary):
     if path.name not in summary:
         pytest.skip("not selected in this run (NB=...)")
     clean = summary[path.name]["results"].get("_readiness_clean", 0)
-    if path.name[:2] in NO_READINESS_CHECK:
+    if lesson_name(path) in NO_READINESS_CHECK:
         assert clean == 0, (
             f"{path.name}: it checks a pipeline now; remove it from NO_READINESS_CHECK"
         )
     else:
         assert clean >= 1, (
-            f"{path.name}: no readiness check passed; check its pipeline (notebook 10)"
+            f"{path.name}: no readiness check passed; check its pipeline (notebook 10_tpu_readiness_check)"
         )
 
 

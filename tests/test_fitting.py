@@ -227,7 +227,7 @@ def test_whole_executions_refuses_what_keras_cannot_do(steps, spe, message):
 
 def test_keras_rounds_steps_up_to_whole_executions():
     # What whole_executions guards against, on this Keras: if a release changes it, this fails
-    # and the advice in notebook 03 must change with it.
+    # and the advice in notebook 03_keras_compile_and_fit must change with it.
     import tensorflow as tf
 
     x, y = _toy_data(64)
@@ -241,7 +241,7 @@ def test_keras_rounds_steps_up_to_whole_executions():
 
 def test_keras_reports_no_loss_for_finite_data_shorter_than_one_call_after_a_fit():
     # Under a strategy, after a fit on repeating data: the steps run, but the history is empty,
-    # hence notebook 03's one-step-per-call copy for its frozen-weights fit.
+    # hence notebook 03_keras_compile_and_fit's one-step-per-call copy for its frozen-weights fit.
     import tensorflow as tf
 
     x, y = _toy_data(64)

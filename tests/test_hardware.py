@@ -1,9 +1,9 @@
 """Hardware records decide every "verified on a TPU" word; the lane runs end to end here (local).
 
 The fixture tests/data/hardware-record-tpu.json is built from the schema as a Kaggle run on TPU
-devices would write it (lessons 00 to 05 passed, 06 failed, the self-test passed): it must turn
+devices would write it (lessons 00_tpu_self_test to 05_bfloat16_mixed_precision passed, 06 failed, the self-test passed): it must turn
 exactly the Kaggle route and those six lessons to "verified", and nothing else. The fixture
-tests/data/hardware-record-tpu-quick.json is a quick run's (``--quick``: the route, lesson 01, the
+tests/data/hardware-record-tpu-quick.json is a quick run's (``--quick``: the route, lesson 01_tpu_detection_and_connection, the
 self-test, passed): it must turn the Kaggle route, and nothing else, to "verified".
 """
 
@@ -33,7 +33,8 @@ KAGGLE_ROUTE_ONLY = {
     "Kaggle, TPU VM v5e-8": "yes (Kaggle, 2026-01-03, commit 89abcde)",
     "Google Cloud TPU VM": "no",
 }
-FAST_LESSON = "07"  # the quickest lesson in smoke mode (about 20 s), for the end-to-end run
+# The quickest lesson in smoke mode (about 20 s), for the end-to-end run.
+FAST_LESSON = "model_parallelism"
 
 
 def route_rows(readme: str) -> dict[str, str]:
@@ -153,7 +154,8 @@ def test_the_quick_driver_runs_the_route_lesson_01_the_self_test_and_the_script_
     args = ["--platform", "kaggle", "--out", str(tmp_path), "--commit", "0" * 40, "--quick"]
     code = driver.main([*args, "--run-id", "kaggle-quick-test"])
     lessons, selftest = ran[0], ran[1]
-    assert "--only=01" in lessons and "--smoke" not in lessons  # lesson 01, in full
+    # lesson 01_tpu_detection_and_connection, in full
+    assert "--only=tpu_detection_and_connection" in lessons and "--smoke" not in lessons
     assert "helpers.selftest" in selftest and "--smoke" not in selftest
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["mode"] == "quick" and records.problems(record) == []
@@ -220,7 +222,7 @@ def test_the_local_lane_runs_the_driver_and_keeps_a_dry_run_record(local_run):
     (out,) = (tmp / "out").iterdir()
     for name in ("pip-freeze.txt", "devices.json", "self-test/tpu-self-test.json"):
         assert (out / name).exists(), name
-    assert list((out / "lessons" / "executed").glob(f"{FAST_LESSON}_*.ipynb"))
+    assert list((out / "lessons" / "executed").glob(f"??_{FAST_LESSON}.ipynb"))
     assert not (out / "install.log").exists()  # it installed nothing
 
 

@@ -1,4 +1,4 @@
-"""helpers.jax_port: Keras 3 on JAX (notebook 12).
+"""helpers.jax_port: Keras 3 on JAX (notebook 12_keras3_on_jax).
 
 The pure functions are tested here; everything that needs Keras on the JAX backend runs in a
 fresh process that sets the backend first, as the notebook does, and checks that TensorFlow was
@@ -84,7 +84,7 @@ def test_mesh_shape():
 
 
 def test_keras_on_jax_without_tensorflow(run_python):
-    """What notebook 12 does, small: 8 and 1 simulated devices agree, sharded or not."""
+    """What notebook 12_keras3_on_jax does, small: 8 and 1 simulated devices agree, sharded or not."""
     proc = run_python(
         """
         import json, sys
@@ -99,7 +99,7 @@ def test_keras_on_jax_without_tensorflow(run_python):
         make = lambda: models.build_classifier(images.image_shape, hidden=256, l2=1e-4)
         one = keras.distribution.DataParallel(devices=devices[:1])
         mesh = keras.distribution.DeviceMesh((2, 4), ("batch", "model"), devices)
-        layout = keras.distribution.LayoutMap(mesh)  # notebook 12's map
+        layout = keras.distribution.LayoutMap(mesh)  # notebook 12_keras3_on_jax's map
         layout["hidden/kernel"] = (None, "model")
         layout["hidden/bias"] = ("model",)
         layout["logits/kernel"] = ("model", None)

@@ -30,6 +30,11 @@ def test_there_are_notebooks():
     assert [p.name[:2] for p in PATHS[:2]] == ["00", "01"]
 
 
+def test_the_files_are_numbered_in_the_manifests_order():
+    # The manifest's order numbers the lessons; make sync renames the files (tools/lessons.py).
+    assert [p.stem for p in PATHS] == list(manifest.load())
+
+
 def test_numbers_are_unique_and_names_snake_case():
     numbers = [p.name[:2] for p in PATHS]
     assert len(numbers) == len(set(numbers))

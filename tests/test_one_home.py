@@ -3,7 +3,7 @@
 On a copy of the repository each test edits one line (Kaggle's Python in helpers/routes.py, the
 simulated replica count in helpers/strategy.py, the repository setting or the oldest Python in
 pyproject.toml), runs the Makefile's own `sync` and `lint` recipes, and reads what a reader would:
-README.md, the book's pages, notebook 01, the manifest, the stacks' requirements headers and every
+README.md, the book's pages, notebook 01_tpu_detection_and_connection, the manifest, the stacks' requirements headers and every
 parameters cell, and no text still states the old value.
 """
 
@@ -198,8 +198,8 @@ def _values(text: str, name: str) -> list[str]:
 def test_giving_one_lesson_its_own_replica_count_is_one_manifest_edit(tmp_path):
     copy = _copy(tmp_path)
     before = _parameters(copy)
-    heading = "[notebooks.07_model_parallelism.smoke]\n"
-    own = "[notebooks.07_model_parallelism.settings]\nSIMULATED_REPLICAS = 4\n\n"
+    heading = "[notebooks.model_parallelism.smoke]\n"
+    own = "[notebooks.model_parallelism.settings]\nSIMULATED_REPLICAS = 4\n\n"
     _edit_sync_lint(copy, "notebooks/manifest.toml", heading, own + heading)
     after = _parameters(copy)
     assert _values(after["07_model_parallelism.ipynb"], "SIMULATED_REPLICAS") == ["4"]
@@ -212,7 +212,7 @@ def test_giving_one_lesson_its_own_replica_count_is_one_manifest_edit(tmp_path):
     check = [sys.executable, "tools/sync_notebooks.py", "--check"]
     done = subprocess.run(check, cwd=copy, capture_output=True, text=True)
     assert done.returncode == 1
-    assert "[notebooks.03_keras_compile_and_fit.settings]" in done.stdout
+    assert "[notebooks.keras_compile_and_fit.settings]" in done.stdout
     assert "[settings] PER_REPLICA_BATCH" in done.stdout and "Out of date" not in done.stdout
 
 

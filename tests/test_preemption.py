@@ -121,7 +121,7 @@ def _summary(config):
     return preemption.summarize(preemption.read_progress(config.log_path), STEPS_PER_EPOCH)
 
 
-# Notebook 08's aside kills and resumes the fit run on every stack; this kill test runs once per
+# Notebook 08_checkpoints_and_preemption's aside kills and resumes the fit run on every stack; this kill test runs once per
 # CI run, on the main stack (pytest -m slow).
 ALSO_IN_NOTEBOOK_08 = pytest.mark.slow
 

@@ -3,7 +3,7 @@ chosen numbers.
 
 ``tests/data/profiles.json`` holds what ``profiling.extract`` read from real profiles on the
 simulated TPU (``tests/data/record_profiles.py`` re-records it and says how each run is made):
-notebook 11's model with one and with three training steps per call, the same with a loss scale
+notebook 11_profiling_a_training_step's model with one and with three training steps per call, the same with a loss scale
 passed as a new Python number per call, a busy model (one step per call), a tiny model whose
 calls are mostly the host's own work (one and ten steps per call), a pipeline that runs Python
 on every example (``tf.py_function``), and token sequences padded per batch to a new length at

@@ -139,7 +139,7 @@ def test_a_failing_cell_is_reported_and_the_run_fails(tmp_path, run):
 
 
 def test_kept_files_get_a_folder_of_their_own_replaced_on_each_run(tmp_path):
-    # Notebook 11 keeps its profiles for TensorBoard: in a headless run they go under the run's
+    # Notebook 11_profiling_a_training_step keeps its profiles for TensorBoard: in a headless run they go under the run's
     # output folder, replaced each time, not into a new temporary folder per run.
     body = (
         "import os, time\n"

@@ -3,7 +3,7 @@
 Two runs of the real self-test, in smoke mode on 8 simulated replicas, each in a fresh process
 (TensorFlow fixes its devices when it starts): the command as a user types it, and the same
 checks with a failure of its own kind planted in each check that can fail on a CPU (the
-per-replica mean loss of notebook 04, a variable made outside the scope, ...). The report's
+per-replica mean loss of notebook 04_custom_training_loops, a variable made outside the scope, ...). The report's
 content is checked, not only that it was written. The rest are fast tests: every check's judge
 on planted evidence of each way it can fail (the summary must say what failed and never read as
 a success), the connect check with a faked strategy, the machinery, the environment section and
@@ -47,7 +47,7 @@ from helpers.selftest import checks, cli, speed
 
 
 def per_replica_mean_steps(strategy, model, optimizer, global_batch):
-    # The bug notebook 04 shows: each replica averages over its own batch, not the global one.
+    # The bug notebook 04_custom_training_loops shows: each replica averages over its own batch, not the global one.
     # By hand: a Keras loss object would not show it, since it divides by the replica count
     # itself in a replica context (scale_loss_for_distribution, keras/src/losses/loss.py).
     import keras
@@ -106,7 +106,7 @@ PLANTED_SAYS = {
     "checkpoint": ("the restore did not bring them back", "identical"),
 }
 
-# The command runs end to end here; notebook 00 runs the same checks on every stack, so these
+# The command runs end to end here; notebook 00_tpu_self_test runs the same checks on every stack, so these
 # run once per CI run, on the main stack (pytest -m slow).
 ALSO_IN_NOTEBOOK_00 = pytest.mark.slow
 
@@ -519,7 +519,7 @@ def test_an_exception_fails_only_its_own_check(monkeypatch):
     assert failed.summary == "ValueError: boom" and failed.error.startswith("ValueError: boom")
     assert "test_selftest.py" in failed.error  # where it was raised
     assert not result.passed and result.failed == [failed]
-    assert lines[0] == "[1/3] check 0 (notebook 00) ..." and "fail in" in lines[3]
+    assert lines[0] == "[1/3] check 0 (notebook 00_tpu_self_test) ..." and "fail in" in lines[3]
 
 
 def test_a_check_past_its_hard_limit_fails_and_the_next_one_runs(monkeypatch):

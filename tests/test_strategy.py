@@ -123,7 +123,7 @@ def test_tpu_hinted_with_a_cpu_build_raises_with_one_sentence(run_python):
 
 
 # The script's connect on pretended TPU hardware: TensorFlow's four TPU entry points replaced by
-# recorders. The calls, their argument and their order are lesson 01's, and a second connect()
+# recorders. The calls, their argument and their order are lesson 01_tpu_detection_and_connection's, and a second connect()
 # makes none (a second initialize_tpu_system can lose the TPU's variables, tensorflow#31961).
 ON_TPU = """
 import json, os

@@ -132,7 +132,7 @@ def test_navigation_follows_the_numbered_files_present():
 
 
 def test_a_missing_or_incomplete_entry_is_named():
-    with pytest.raises(SystemExit, match=r"\[notebooks\.11_new\]: no such entry"):
+    with pytest.raises(SystemExit, match=r"\[notebooks\.new\]: no such entry"):
         M.entry_for({}, "11_new.ipynb")
     with pytest.raises(SystemExit, match=r"missing \['need', 'headline'\]"):
         M.entry_for({"11_new": {"title": "T", "promise": "P"}}, "11_new.ipynb")
@@ -164,7 +164,9 @@ def test_adopted_entries_round_trip_through_the_manifest_file(tmp_path):
     manifest.write_text("# comment\n")
     assert M.adopt_missing([path], manifest) == ["11_new.ipynb"]
     assert M.adopt_missing([path], manifest) == []  # already there
-    entry = notebook_files.tomllib.loads(manifest.read_text())["notebooks"]["11_new"]
+    entry = notebook_files.tomllib.loads(manifest.read_text())["notebooks"][
+        "new"
+    ]  # keyed by its name
     assert {k: v.strip() for k, v in entry.items()} == M.adopt(nb, "11_new.ipynb")
 
 
@@ -388,9 +390,9 @@ def test_taught_in_lines_follow_the_lessons_code_cells(tmp_path):
     (tmp_path / file).write_text(text)
     assert provenance.stale_lines(tmp_path) == {}  # a fixed point: sync twice changes nothing
     # Prose that says it by hand is refused: only the generated line may.
-    hand = text.replace("More words.", "Taught in notebook 07; more.")
+    hand = text.replace("More words.", "Taught in notebook 07_model_parallelism; more.")
     (tmp_path / file).write_text(hand)
-    number = hand.splitlines().index("    Taught in notebook 07; more.") + 1
+    number = hand.splitlines().index("    Taught in notebook 07_model_parallelism; more.") + 1
     found = provenance.hand_written(tmp_path)
     assert [p.split(": ", 1)[0] for p in found] == [f"{file}:{number}"]
 

@@ -24,14 +24,14 @@ sys.path.insert(0, str(ROOT))
 
 import train_tpu  # noqa: E402
 
-FLOOR = 0.80  # the test accuracy lessons 03 and 04 assert on Fashion-MNIST, quick versions too
+FLOOR = 0.80  # the test accuracy lessons 03_keras_compile_and_fit and 04_custom_training_loops assert on Fashion-MNIST, quick versions too
 # The reference run: --smoke's 16,384 images and 3 epochs (32 steps of 512 each), a save every
 # 16 steps, so that kills land inside an epoch.
 RUN = ["--smoke", "--save-every", "16", "--steps-per-call", "8"]
 HIDE = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
 
 # Kills the script where the test says: before the save of step K (mid-epoch, unsaved steps
-# lost) or inside it in one phase of helpers.save_faults (the injection notebook 08 uses):
+# lost) or inside it in one phase of helpers.save_faults (the injection notebook 08_checkpoints_and_preemption uses):
 # python -m helpers.save_faults --kill-at K --phase PHASE -- ARGS
 KILLER = ["-m", "helpers.save_faults"]
 

@@ -14,8 +14,11 @@ Python files, the Makefile, CI scripts and workflows. In them it finds
   ``src``/``href`` attributes, which must lead to a file, and, when they name a section
   (``#anchor``) of a Markdown file or notebook, to one of its headings. A book page's target may
   also be a lesson: the book puts the lessons beside its pages;
-- mentions of a lesson by number (``notebook 10``, ``lessons 02 to 09``), which must name a
-  lesson that exists (``notebooks/NN_name.ipynb``).
+- references to lessons (``tools/lessons.py``), which must bear the lesson's name: a Markdown
+  link to its file, whose text may say its number (``[notebook NN](NN_name.ipynb)``, the number
+  its target has), or elsewhere its stem (``notebook NN_name``), of a lesson that exists. A
+  mention by number alone ("notebook" or "lesson", then numbers) fails, since nothing could
+  renumber it; ``python tools/lessons.py --convert`` writes it by name.
 Paths under ``build/`` and other outputs of a run, and paths with placeholders (``NN_name``,
 ``X.Y``, ``*``, ``{...}``) are not checked. Statements of what a test does are generated from the
 test instead (``tools/book/pages.py``), so they cannot go stale.
@@ -26,11 +29,13 @@ from __future__ import annotations
 import ast
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import lessons
+
 ROOT = Path(__file__).resolve().parent.parent
+LESSON_LINK = re.compile(r"\[([^\]]*)\]\([^)\s]*?\b(\d\d)_(\w+)\.ipynb")
 
 __all__ = ["main", "stale_references", "texts"]
 
@@ -40,7 +45,6 @@ PATH = re.compile(
 )
 MODULE = re.compile(r"(?<![\w./])helpers((?:\.\w+)+)")
 PLACEHOLDER = re.compile(r"NN|X\.Y|\*|\{|<|\bname\b|_xx|\.\.\.")
-READ_AS_TEXT = {".md", ".py", ".ipynb", ".toml", ".txt", ".yml", ".yaml", ".cfg", ".css"}
 NOT_READ = ("tests/data/",)  # recorded copies of other projects' files
 # A path shortly after another project's "owner/repo" is that project's file, not ours.
 OTHER_PROJECT = re.compile(
@@ -50,20 +54,7 @@ OTHER_PROJECT = re.compile(
 
 def texts() -> dict[str, str]:
     """Every tracked text file people read, by its path."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    found = {}
-    for name in listed:
-        path = ROOT / name
-        wanted = path.suffix in READ_AS_TEXT or path.name in ("Makefile", "run", "postBuild")
-        if wanted and not name.startswith(NOT_READ) and path.is_file():
-            found[name] = path.read_text(encoding="utf-8", errors="replace")
-    return found
+    return lessons.texts(ROOT, NOT_READ)
 
 
 def _defined(module: Path) -> set[str]:
@@ -114,10 +105,14 @@ EXTERNAL = re.compile(r"^(?:[a-zA-Z][\w+.-]*:|//)")  # https:, mailto:, data:, /
 FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
 CODE_SPAN = re.compile(r"(`+).+?\1", re.DOTALL)
 HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
-# "notebook 10", "Lessons 02 to 09", "notebooks 01, 02 and 08": each number must be a lesson.
-LESSON_MENTION = re.compile(
-    r"\b(?:notebook|lesson)s?\s+(\d\d\b(?:(?:\s*(?:,|and|or|to|-|–)\s*)\d\d\b)*)", re.IGNORECASE
+# "notebook NN", "Lessons NN to MM", "notebooks NN, MM and KK": each number must be a lesson.
+LESSON_MENTION = lessons.MENTION
+BARE_FIX = (
+    "; refer to it by name (a link to its file in Markdown, its NN_name stem elsewhere): "
+    "python tools/lessons.py --convert"
 )
+# "notebook NN_name": a lesson's stem after the word, whose name must be a lesson's.
+LESSON_STEM = re.compile(r"\b(?:notebook|lesson)s?\s+\d\d_(\w+)", re.IGNORECASE)
 
 
 def markdown_of(name: str, text: str) -> str | None:
@@ -177,18 +172,33 @@ def missing_lessons(text: str, root: Path = ROOT) -> list[str]:
     lessons = {p.name[:2] for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")}
     found = []
     for match in LESSON_MENTION.finditer(text):
-        found += [n for n in re.findall(r"\d\d", match[1]) if n not in lessons]
+        found += [n for n in re.findall(r"\d\d", match[3]) if n not in lessons]
+    return found
+
+
+def misnamed_lessons(text: str, markdown: str | None, numbers: dict[str, str]) -> list[str]:
+    """The references by name in ``text`` that name no lesson, and the links of its ``markdown``
+    whose text says another number than their target has (``[notebook NN](MM_name.ipynb)``)."""
+    found = [f"notebook {m[0].split()[-1]} names no lesson" for m in LESSON_STEM.finditer(text)
+             if m[1] not in numbers]  # fmt: skip
+    for match in LESSON_LINK.finditer(markdown or ""):
+        label, number = match[1], match[2]
+        if any(n != number for n in re.findall(r"\b\d\d\b", label)):
+            found.append(f"the link [{label}] to lesson {number}_{match[3]} says another number")
     return found
 
 
 def stale_references(files: dict[str, str]) -> list[str]:
     """``file: what it names that does not exist``, for every stale reference in ``files``."""
-    found = []
+    found, numbers = [], lessons.numbering()
     for name, text in sorted(files.items()):
         markdown = markdown_of(name, text)
         if markdown is not None:
             found += [f"{name}: the link {link}" for link in broken_links(name, markdown)]
         found += [f"{name}: notebook {n} does not exist" for n in missing_lessons(text)]
+        found += [f"{name}: {problem}" for problem in misnamed_lessons(text, markdown, numbers)]
+    found += [f"{mention}: a lesson named by its number alone{BARE_FIX}"
+              for mention in lessons.bare_mentions(files, numbers)]  # fmt: skip
     for name, text in sorted(files.items()):
         for match in PATH.finditer(text):
             path = match.group(0).rstrip(".")

@@ -1,6 +1,9 @@
 """notebooks/manifest.toml: what the tools know about each notebook, declared once.
 
-One ``[notebooks.NN_name]`` entry per notebook:
+One ``[notebooks.name]`` entry per notebook, keyed by the lesson's name (``tpu_readiness_check``):
+their order numbers the lessons (the first is 00) and so names their files,
+``notebooks/NN_name.ipynb`` (``tools/lessons.py``: ``make sync`` renames the files and rewrites the
+references when the order changes). Each entry holds:
 
 - ``title``, ``promise``, ``need``: the texts of its generated preamble (``tools/sync_notebooks.py``),
   the README's table and the book's map of lessons;
@@ -8,10 +11,10 @@ One ``[notebooks.NN_name]`` entry per notebook:
   the numbers it records with ``helpers.results.record`` (or a list of them: the first whose
   numbers were recorded is used);
 - ``kept_files`` (optional): parameters that name a folder of files kept for the reader, and the
-  sub-folder a headless run gives them (notebook 11's profiles);
-- ``[notebooks.NN_name.smoke]`` (optional): the parameter values of the small, quick version that
+  sub-folder a headless run gives them (notebook 11_profiling_a_training_step's profiles);
+- ``[notebooks.name.smoke]`` (optional): the parameter values of the small, quick version that
   ``make smoke`` and ``make test`` run, passed to the notebook as papermill parameters;
-- ``[notebooks.NN_name.settings]`` (optional): the lesson's own values of the shared settings
+- ``[notebooks.name.settings]`` (optional): the lesson's own values of the shared settings
   (:data:`SHARED_SETTINGS`), which ``make sync`` writes into its parameters cell. A shared setting
   the lesson does not set there takes its default: ``[settings]`` at the top of the manifest, and
   for ``SIMULATED_REPLICAS`` ``helpers.strategy.SIMULATED_REPLICAS`` (the stacks and the README
@@ -30,6 +33,7 @@ import re
 import sys
 from pathlib import Path
 
+from lessons import lesson_name, numbering
 from notebook_files import NOTEBOOKS, ROOT, read, source, tomllib
 
 __all__ = [
@@ -57,21 +61,24 @@ PARAMETER_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def load(path: Path = MANIFEST) -> dict[str, dict]:
-    """The ``[notebooks.NN_name]`` entries of the manifest, by notebook file stem."""
+    """The ``[notebooks.name]`` entries of the manifest, in order, by file stem (``NN_name``)."""
     if not path.exists():
         return {}
+    numbers = numbering(path)
     with open(path, "rb") as f:
-        return tomllib.load(f).get("notebooks", {})
+        entries = tomllib.load(f).get("notebooks", {})
+    return {f"{numbers[name]}_{name}": entry for name, entry in entries.items()}
 
 
 def entry_for(manifest: dict, name: str) -> dict:
     """The manifest entry of notebook ``name``, checked, or SystemExit naming what is wrong."""
     stem = Path(name).stem
     entry = manifest.get(stem)
-    where = f"notebooks/manifest.toml, [notebooks.{stem}]"
+    where = f"notebooks/manifest.toml, [notebooks.{lesson_name(stem)}]"
     if entry is None:
         raise SystemExit(
-            f"{where}: no such entry. Run `make sync` (it copies the notebook's title cell and "
+            f"{where}: no such entry, or {name} is not the number its place gives it. Run "
+            "`make sync` (it renames the files and copies a new notebook's title cell and "
             "its '## What you need' cell into a new entry) or write the entry by hand."
         )
     missing = [key for key in REQUIRED if not entry.get(key)]
@@ -118,7 +125,7 @@ def lesson_settings(entry: dict, default: dict | None = None) -> dict:
 def setting_home(stem: str, name: str, entry: dict) -> str:
     """Where the value a lesson gets for shared setting ``name`` is written, in words."""
     if name in entry.get("settings", {}):
-        return f"notebooks/manifest.toml, [notebooks.{stem}.settings] {name}"
+        return f"notebooks/manifest.toml, [notebooks.{lesson_name(stem)}.settings] {name}"
     if name == "SIMULATED_REPLICAS":
         return "the default, helpers.strategy.SIMULATED_REPLICAS"
     return f"the default, [settings] {name} in notebooks/manifest.toml"
@@ -133,7 +140,7 @@ def headlines(entry: dict) -> tuple[str, ...]:
 def nbval_notebooks(manifest: dict | None = None) -> list[Path]:
     """The notebooks whose entry says ``nbval = true``, in order."""
     manifest = load() if manifest is None else manifest
-    return [NOTEBOOKS / f"{stem}.ipynb" for stem, e in sorted(manifest.items()) if e.get("nbval")]
+    return [NOTEBOOKS / f"{stem}.ipynb" for stem, e in manifest.items() if e.get("nbval")]
 
 
 def smoke_parameters(entry: dict) -> dict:
@@ -153,10 +160,10 @@ def _toml_text(text: str) -> str:
     return '"""\n' + text.replace("\\", "\\\\").replace('"""', '\\"""') + '\n"""'
 
 
-def entry_toml(stem: str, entry: dict) -> str:
+def entry_toml(name: str, entry: dict) -> str:
     """The TOML text of one manifest entry (its string keys)."""
     keys = [k for k in (*REQUIRED, *OPTIONAL) if isinstance(entry.get(k), str)]
-    lines = [f"[notebooks.{stem}]", *(f"{key} = {_toml_text(entry[key])}" for key in keys)]
+    lines = [f"[notebooks.{name}]", *(f"{key} = {_toml_text(entry[key])}" for key in keys)]
     return "\n".join(lines) + "\n"
 
 
@@ -168,15 +175,15 @@ def adopt(notebook: dict, name: str) -> dict:
     cells = notebook["cells"]
     first = source(cells[0]).strip().splitlines() if cells else []
     first = [line for line in first if not line.startswith("<!--")]
-    if not first or not first[0].startswith(f"# {name[:2]} · "):
-        raise SystemExit(f"{name}: the first cell must be the title, '# {name[:2]} · Title'")
+    if not first or not first[0].startswith("# "):
+        raise SystemExit(f"{name}: the first cell must be the title, '# Title' or '# NN · Title'")
     promise = " ".join(line.strip() for line in first[1:] if line.strip())
     need = next((source(c) for c in cells if source(c).startswith("## What you need")), None)
     if not promise or need is None:
         raise SystemExit(f"{name}: needs a promise under the title and a '## What you need' cell")
     body = need.split("\n", 1)[1] if "\n" in need else ""
     return {
-        "title": first[0].split(" · ", 1)[1],
+        "title": re.sub(r"^# (\d\d · )?", "", first[0]),
         "headline": "see results/ (no headline written yet)",
         "promise": promise,
         "need": body.strip(),
@@ -184,15 +191,16 @@ def adopt(notebook: dict, name: str) -> dict:
 
 
 def adopt_missing(paths: list[Path], manifest_path: Path = MANIFEST) -> list[str]:
-    """Append a manifest entry for every notebook that has none; returns their names."""
-    manifest = load(manifest_path)
+    """Append a manifest entry (the last lesson) for every notebook that has none, by its name;
+    returns their file names. Moving the entry elsewhere in the manifest renumbers the lessons."""
+    known = set(numbering(manifest_path))
     added = []
     for path in paths:
-        if path.stem not in manifest:
+        if (name := lesson_name(path)) not in known:
             entry = adopt(read(path), path.name)
             text = manifest_path.read_text(encoding="utf-8") if manifest_path.exists() else ""
-            manifest_path.write_text(text + ("\n" if text else "") + entry_toml(path.stem, entry))
-            manifest[path.stem] = entry
+            manifest_path.write_text(text + ("\n" if text else "") + entry_toml(name, entry))
+            known.add(name)
             added.append(path.name)
     return added
 

@@ -2,12 +2,12 @@
 
     python tools/run_notebooks.py            # the full lessons, into build/full
     python tools/run_notebooks.py --smoke    # the small, quick versions CI runs, build/smoke
-    python tools/run_notebooks.py --only 01 --only 03
+    python tools/run_notebooks.py --only keras_compile_and_fit --only 04   # by name or number
     python tools/run_notebooks.py --replicas 1   # SIMULATED_REPLICAS=1: one TPU core, as on Colab
     python tools/run_notebooks.py --cache    # skip what is unchanged (make run, smoke and test)
 
 A smoke run passes each notebook ``SMOKE_TEST=True`` and the smaller values of its
-``[notebooks.NN_name.smoke]`` table in notebooks/manifest.toml. With ``--cache`` a notebook is
+``[notebooks.name.smoke]`` table in notebooks/manifest.toml. With ``--cache`` a notebook is
 skipped when it passed before with the same notebook, helpers, parameters and stack (see
 ``runner.cache``); ``--force`` re-executes anyway. Without it every notebook executes.
 
@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # helpers, with
 
 import manifest  # noqa: E402
 from bench.machine import hardware  # noqa: E402
+from lessons import lesson_name  # noqa: E402
 from notebook_files import notebook_paths  # noqa: E402
 from runner import execute, summary  # noqa: E402
 from runner.cache import Cache, cache_key, stack  # noqa: E402
@@ -51,7 +52,9 @@ def parameters_for(entry: dict, smoke: bool, replicas: int | None) -> dict:
 def _parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description="Execute the notebooks headless.")
     parser.add_argument("--smoke", action="store_true", help="the small, quick versions")
-    parser.add_argument("--only", action="append", default=[], help="notebook name prefix")
+    parser.add_argument(
+        "--only", action="append", default=[], help="a lesson's name (keras3_on_jax) or number (12)"
+    )
     parser.add_argument("--out", type=Path, help="default: build/full, build/smoke, ...")
     parser.add_argument("--where", action="store_true", help="print the run's folder and stop")
     parser.add_argument(
@@ -76,12 +79,15 @@ def _parse_args(argv: list[str] | None):
     args.mode = "smoke" if args.smoke else "full"
     # Absolute: the kernels run in notebooks/ and must write their results where the summary looks.
     args.out = (args.out or run_folder(args.mode, args.only)).resolve()
-    args.paths = [
-        p for p in notebook_paths() if not args.only or p.name.startswith(tuple(args.only))
-    ]
+    args.paths = [p for p in notebook_paths() if not args.only or _selected(p, args.only)]
     if not args.paths:
         parser.error(f"no notebook matches {args.only}")
     return args
+
+
+def _selected(path: Path, only: list[str]) -> bool:
+    """Whether ``--only`` names the notebook: by the lesson's name, or its number or prefix."""
+    return lesson_name(path) in only or path.name.startswith(tuple(only))
 
 
 def _execute(jobs: list[tuple], args, finished, cache: Cache) -> None:

@@ -9,10 +9,12 @@ Derived, and so never edited by hand:
   (one entry per notebook), the links from the file names and the ``[tool.tpu-field-guide]``
   setting in pyproject.toml. A notebook's ``setup`` entry picks its variant of the setup cell
   (TensorFlow's by default; ``jax`` for Keras on JAX);
+- the lessons' numbers: the notebooks' file names and every reference to a lesson (a link to its
+  file, its ``NN_name`` stem), from the manifest's order (``tools/lessons.py``);
 - the navigation cell at the end of each notebook (previous, next), from the numbered file names;
 - the kernelspec and language_info metadata that papermill and nbval need;
 - the notebook table in README.md, from the manifest;
-- the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01 shows),
+- the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01_tpu_detection_and_connection shows),
   its "verified on a TPU" column from the records in hardware/records/ (``hardware.records``);
 - each stack's requirements header and TensorFlow pin, from ``helpers.routes`` (``tools/stacks.py``);
 - what follows from the repository setting and the Python range in pyproject.toml: README.md's
@@ -21,8 +23,9 @@ Derived, and so never edited by hand:
 - the "Taught in notebook NN." line of each helper's docstring, from the lessons' code cells that
   name it (``tools/provenance.py``).
 
-A new ``NN_name.ipynb`` slots in with ``make sync``: its title cell and its "What you need" cell are
-copied into a new manifest entry, and from then on the manifest is where they are edited. The
+A new ``name.ipynb`` without a manifest entry slots in last with ``make sync``: its title cell and
+its "What you need" cell are copied into a new entry, and from then on the manifest is where they
+are edited (and where its place is chosen: CONTRIBUTING.md, "Lessons by name"). The
 ``--check`` run also fails on lesson code that imports ``tensorflow.python`` (readers copy
 lesson cells; internals belong in ``helpers`` with the reason) and on hand-typed "Next:" links.
 Outputs are stripped by nbstripout (see the Makefile's ``sync`` target), not here.
@@ -39,6 +42,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import lessons
 import manifest as manifest_file
 import provenance
 import repository
@@ -167,7 +171,7 @@ SETUP_VARIANTS = {
         "prints what it found; this lesson needs no TensorFlow",
         "RELEASE, backend=None",
     ),
-    # Keras on JAX runs in its own process, without TensorFlow (notebook 12).
+    # Keras on JAX runs in its own process, without TensorFlow (notebook 12_keras3_on_jax).
     "jax": (
         "selects Keras' JAX backend before Keras is imported and prints the devices it found",
         'RELEASE, SIMULATED_REPLICAS, backend="jax"',
@@ -218,8 +222,11 @@ def _cell(kind: str, text: str, metadata: dict | None = None) -> dict:
 # --- the cells ----------------------------------------------------------------------------------
 
 
-def _fill(text: str, cfg: dict) -> str:
-    """Manifest texts may say {release} and {github}; nothing else in them is a placeholder."""
+def _fill(text: str, cfg: dict, settings: dict | None = None) -> str:
+    """Manifest texts may say {release} and {github}, and a lesson's "What you need" the values
+    of its shared settings ({SIMULATED_REPLICAS}); nothing else in them is a placeholder."""
+    for key, value in (settings or {}).items():
+        text = text.replace(f"{{{key}}}", str(value))
     return text.replace("{release}", cfg["release"]).replace("{github}", cfg["github"])
 
 
@@ -248,13 +255,19 @@ def word_count(markdown: str) -> int:
     return len(re.findall(r"[\w`][^\s|]*", text))
 
 
-def preamble(entry: dict, name: str, cfg: dict, parameters: dict) -> list[dict]:
-    """The cells before the lesson, ``parameters`` being the notebook's own parameters cell."""
+def preamble(
+    entry: dict, name: str, cfg: dict, parameters: dict, settings: dict | None = None
+) -> list[dict]:
+    """The cells before the lesson, ``parameters`` being the notebook's own parameters cell and
+    ``settings`` the values of its shared settings."""
     title = f"# {name[:2]} · {entry['title']}\n{entry['promise'].strip()}\n\n{TITLE_MARKER}"
     return [
         _cell("markdown", _fill(title, cfg)),
         _cell("markdown", badge_row(name, cfg)),
-        _cell("markdown", _fill(f"## What you need\n{entry['need'].strip()}\n\n{TPU_FACTS}", cfg)),
+        _cell(
+            "markdown",
+            _fill(f"## What you need\n{entry['need'].strip()}\n\n{TPU_FACTS}", cfg, settings),
+        ),
         _cell("markdown", setup_text(entry, cfg)),
         parameters,
         _cell("code", setup_cell(entry, cfg)),
@@ -399,7 +412,7 @@ def sync_notebook(
     params["source"] = SETTING_LINE.sub(
         lambda m: f"{m['name']} = {_literal(wanted[m['name']])}{m['rest']}", source(params)
     ).splitlines(keepends=True)
-    head = preamble(entry, name, cfg, params)
+    head = preamble(entry, name, cfg, params, wanted)
     for cell, cell_id in zip(head, GENERATED_IDS, strict=True):
         cell["id"] = cell_id
     lesson = [c for c in cells[start:] if not source(c).startswith(NAV_MARKER)]
@@ -437,7 +450,7 @@ def setting_edits(notebook: dict, name: str, manifest: dict, defaults: dict) -> 
             found.append(
                 f"{name}: {key} = {value} in its parameters cell, but {_literal(wanted[key])} "
                 f"from {manifest_file.setting_home(stem, key, entry)}. For this lesson alone, "
-                f"set {key} = {value} under [notebooks.{stem}.settings] in notebooks/manifest.toml; "
+                f"set {key} = {value} under [notebooks.{lessons.lesson_name(stem)}.settings] in notebooks/manifest.toml; "
                 f"for every lesson, change {manifest_file.setting_home('', key, {})}; then make sync"
             )
     return found
@@ -513,7 +526,7 @@ def first_sentence(text: str) -> str:
 
 def module_map() -> str:
     """One line per module of helpers/ and tools/ (a package: one line), from its docstring."""
-    lines = []
+    lines, numbers = [], lessons.numbering()
     for package in ("helpers", "tools"):
         folder = ROOT / package
         for path in sorted([*folder.glob("*.py"), *folder.glob("*/__init__.py")]):
@@ -522,7 +535,8 @@ def module_map() -> str:
             name = path.parent if path.name == "__init__.py" else path
             docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
             shown = f"{name.relative_to(ROOT)}{'/' if name.is_dir() else ''}"
-            lines.append(f"- `{shown}`: {first_sentence(docstring)}")
+            sentence = lessons.as_links(first_sentence(docstring), "notebooks/", numbers)
+            lines.append(f"- `{shown}`: {sentence}")
     return "\n".join(lines)
 
 
@@ -553,12 +567,25 @@ def main() -> int:
     )
     args = parser.parse_args()
     cfg = settings()
-    paths = notebook_paths()
     # First the helpers' lines made from pyproject.toml (the Python range): the rest reads them.
     stale, found = repository.sync_sources(cfg, write=not args.check), []
     if not args.check:
-        for name in manifest_file.adopt_missing(paths):
+        for name in manifest_file.adopt_missing(sorted((ROOT / "notebooks").glob("*.ipynb"))):
             print(f"{name}: new entry in notebooks/manifest.toml (edit its texts there)")
+    # The manifest's order numbers the lessons: files renamed, then every reference renumbered.
+    numbers = lessons.numbering()
+    moves = lessons.renames(ROOT, numbers)
+    if args.check and moves:
+        print("Out of date (run `make sync`):", *(f"{a.name} -> {b.name}" for a, b in moves))
+        return 1
+    lessons.apply_renames(moves)
+    for a, b in moves:
+        print(f"renamed: {a.name} -> {b.name} (its place in notebooks/manifest.toml)")
+    for file, after in lessons.renumbered(lessons.texts(), numbers).items():
+        stale.append(file)
+        if not args.check:
+            (ROOT / file).write_text(after, encoding="utf-8")
+    paths = notebook_paths()
     manifest = manifest_file.load()
     defaults = manifest_file.defaults()
     names = [p.name for p in paths]

@@ -1,8 +1,8 @@
 """Programs that lessons start in child processes; nothing here is lesson API.
 
-- :mod:`helpers._programs.preemptible`: a training run that notebook 08's aside kills and
+- :mod:`helpers._programs.preemptible`: a training run that notebook 08_checkpoints_and_preemption's aside kills and
   resumes (its parent side: :mod:`helpers.preemption`), and the collection's tests;
-- :mod:`helpers._programs.worker`: one worker of the local cluster of notebook 09 (its parent
+- :mod:`helpers._programs.worker`: one worker of the local cluster of notebook 09_scaling_out_to_pods (its parent
   side: :mod:`helpers.multiworker`).
 
 Each starts with :func:`helpers.processes.default_sigint` and gets its environment from

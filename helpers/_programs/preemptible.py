@@ -1,4 +1,4 @@
-"""The ``fit`` run that notebook 08's aside kills: run only in a child process.
+"""The ``fit`` run that notebook 08_checkpoints_and_preemption's aside kills: run only in a child process.
 
 ``python -m helpers._programs.preemptible --mode fit --workdir DIR ...`` trains the reference
 script's model on its pipeline with Keras ``fit`` and ``BackupAndRestore``, resumes from the last

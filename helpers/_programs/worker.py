@@ -1,8 +1,8 @@
-"""One worker of notebook 09's local cluster: run only in a child process.
+"""One worker of notebook 09_scaling_out_to_pods's local cluster: run only in a child process.
 
 ``python -m helpers._programs.worker --data-dir TFRECORDS --out PREFIX ...`` joins the cluster
 that its ``TF_CONFIG`` names, trains the reference script's model with its pipeline and step
-under ``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which notebook 09 prints), and
+under ``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which notebook 09_scaling_out_to_pods prints), and
 writes ``PREFIX.json`` (what it read) and ``PREFIX.npz`` (its weights).
 ``--hold-network`` instead keeps a private network namespace alive for the workers to join. It
 dies with the process that started it. The parent side is :mod:`helpers.multiworker`.
@@ -44,7 +44,7 @@ def train_worker(
     seed: int,
     examples: int | None = None,
 ) -> None:
-    """The program every worker runs (``python -m helpers._programs.worker``); notebook 09 prints it.
+    """The program every worker runs (``python -m helpers._programs.worker``); notebook 09_scaling_out_to_pods prints it.
 
     The same code runs on every worker: the reference script's pipeline, model and step.
     ``TF_CONFIG`` tells each worker who it is; the strategy connects them, calls the pipeline
@@ -97,7 +97,7 @@ def _example_numbers(batches, data_dir: str, ctx) -> list[int]:
     """The training-set numbers of the examples in ``batches``, in order, found by their pixels.
 
     The pipeline is seeded and deterministic, so a second pass over it gives the batches the
-    worker trained on (the one-device replay of notebook 09 checks that: other batches would
+    worker trained on (the one-device replay of notebook 09_scaling_out_to_pods checks that: other batches would
     give other weights). An example's number is its position in the training files read in
     order, which is its row in the arrays they were written from; the files' example counts
     are in the info.json that ``write_tfrecords`` writes last.

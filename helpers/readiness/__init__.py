@@ -1,4 +1,4 @@
-"""The TPU readiness check: find on a CPU what would fail or be slow on a TPU (notebook 10).
+"""The TPU readiness check: find on a CPU what would fail or be slow on a TPU (notebook 10_tpu_readiness_check).
 
 One call looks at a ``tf.data`` pipeline, a Keras model and, optionally, your own training step,
 and returns a :class:`Report`::

@@ -1,4 +1,4 @@
-"""The batch size a pipeline really yields, read from its ``tf.data`` graph (notebook 10).
+"""The batch size a pipeline really yields, read from its ``tf.data`` graph (notebook 10_tpu_readiness_check).
 
 The element spec says None for a batch dimension whenever a batch may be partial; this module
 reads the size where the pipeline sets it, without pulling any data: the last ``batch`` op; each
@@ -40,7 +40,7 @@ class Batching:
     own partial batch). ``last``: the size of a last, partial batch read from the graph itself
     (Keras' array adapter concatenates it), when the element count is unknown.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
 
     size: int
@@ -74,7 +74,7 @@ class Batching:
 
 
 def transformation_kind(ds) -> str:
-    """``flat_map`` from ``_FlatMapDataset``: the transformation's name (notebook 10)."""
+    """``flat_map`` from ``_FlatMapDataset``: the transformation's name (notebook 10_tpu_readiness_check)."""
     kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(ds).__name__.strip("_")).lower()
     return kind.removesuffix("_dataset").removeprefix("parallel_")
 
@@ -86,7 +86,7 @@ def _inputs(ds) -> list:
 def read_batching(dataset, repeat_after: bool = False) -> Batching | str | None:
     """The batching of ``dataset``; a reason when it cannot be read; None when it has no batch op.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     import tensorflow as tf
 

@@ -8,7 +8,7 @@ next, the trace goes on past an optimizer's slots and a variable made in the ste
 variables of the check's own; afterwards the objects that held them (the optimizer, the user's
 objects whose methods made them) get their attributes back, so nothing of the user's is built or
 changed. A layer or metric building itself stops the trace: going on would build the user's
-model. Part of the readiness check, notebook 10.
+model. Part of the readiness check, notebook 10_tpu_readiness_check.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Creation:
     ``kind``: ``optimizer`` (slots on the first ``apply_gradients``), ``lazy`` (a layer or
     metric building its variables on its first call) or ``every-call`` (a variable, metric or
     layer made inside the step itself, anew at each trace). Part of the readiness check,
-    notebook 10.
+    notebook 10_tpu_readiness_check.
     """
 
     kind: str

@@ -4,7 +4,7 @@ When the spec's batch dimension is None, the batch size comes from the pipeline'
 (``_batching.read_batching``: its batch op, each ``zip`` component, the datasets a ``flat_map``
 builds) or from the ``global_batch`` the user passes, and the split, tile and small-batch checks
 run on it; when neither says it, ``skipped`` names the checks left out. The batch itself is
-described by :class:`helpers.batches.BatchPlan` (notebook 03), rendered here, never recomputed.
+described by :class:`helpers.batches.BatchPlan` (notebook 03_keras_compile_and_fit), rendered here, never recomputed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["check_dataset", "components", "kind_of"]
 
 
 def components(spec, path: str = "element"):
-    """Yield ``(path, spec)`` for every leaf of a (nested) element spec (notebook 10)."""
+    """Yield ``(path, spec)`` for every leaf of a (nested) element spec (notebook 10_tpu_readiness_check)."""
     if isinstance(spec, dict):
         for key, value in spec.items():
             yield from components(value, f"{path}[{key!r}]")
@@ -33,7 +33,7 @@ def components(spec, path: str = "element"):
 
 
 def kind_of(spec) -> str:
-    """``dense``, ``ragged``, ``sparse`` or ``other``: one leaf of an element spec (notebook 10)."""
+    """``dense``, ``ragged``, ``sparse`` or ``other``: one leaf of an element spec (notebook 10_tpu_readiness_check)."""
     import tensorflow as tf
 
     if isinstance(spec, tf.TensorSpec):
@@ -53,7 +53,7 @@ def check_dataset(
     ``given_batch``: the dataset's batch size as the user states it (``check(global_batch=)``),
     used where the pipeline does not say it.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     report.checked.append("dataset")
     report.stats["global_batch"] = None

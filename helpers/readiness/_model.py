@@ -1,6 +1,6 @@
 """Checks of the Keras model: the strategy's scope, dtypes, and padding to the 128-wide tiles.
 
-Part of the readiness check, notebook 10.
+Part of the readiness check, notebook 10_tpu_readiness_check.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = ["check_model"]
 def check_model(model, strategy, report: Report) -> None:
     """Variables made outside the scope, float64 weights, the float16 policy, tile padding.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     if not model.weights:
         report.skipped.append("model checks: the model is not built (call it once or use Input)")
@@ -116,7 +116,7 @@ def _is_random_state(variable) -> bool:
 
 
 def _check_scope(model, strategy, report: Report) -> None:
-    """Weights and state made outside the scope apart from random-number state (notebook 10)."""
+    """Weights and state made outside the scope apart from random-number state (notebook 10_tpu_readiness_check)."""
     outside = _variables_outside_scope(model, strategy)
     random_state = [v for v in outside if _is_random_state(v)]
     weights = [v for v in outside if not _is_random_state(v)]

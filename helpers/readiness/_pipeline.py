@@ -1,4 +1,4 @@
-"""What the input pipeline's own functions run: Python on the host, constant seeds (notebook 10).
+"""What the input pipeline's own functions run: Python on the host, constant seeds (notebook 10_tpu_readiness_check).
 
 ``element_spec`` (``inputs``) only describes what comes out of a pipeline. This module looks
 inside it: every transformation of the ``tf.data`` graph (``map``, ``filter``, ``flat_map``,
@@ -63,7 +63,7 @@ def _python_callable(token: bytes) -> str | None:
 def check_pipeline(dataset, report: Report) -> None:
     """Python in ``map`` & co. or a Python generator feeding the pipeline; constant seeds.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     functions, generator, seeded = [], False, []
     for ds in _datasets(dataset):
@@ -96,14 +96,14 @@ def _host_python(places: list[str], generator: bool) -> Finding:
         fix = (
             "Read the data with tf.data itself: Dataset.from_tensor_slices for arrays that fit "
             "in memory, or write it once to sharded TFRecord files and read them with "
-            "TFRecordDataset (notebook 06)."
+            "TFRecordDataset (notebook 06_input_pipelines)."
         )
     else:
         what = "the input pipeline runs Python on the host (tf.py_function / tf.numpy_function)"
         fix = (
             "Rewrite the function with TensorFlow ops (tf.image, tf.strings, tf.io, "
             "keras.ops), vectorised over the batch; or preprocess once, offline, and store "
-            "the result as TFRecords (notebook 06)."
+            "the result as TFRecords (notebook 06_input_pipelines)."
         )
     return Finding(
         "python-in-pipeline",

@@ -1,4 +1,4 @@
-"""Random ops seeded by a constant: the same "random" numbers at every step (notebook 10).
+"""Random ops seeded by a constant: the same "random" numbers at every step (notebook 10_tpu_readiness_check).
 
 A stateless random op (``tf.random.stateless_uniform``, ``tf.image.stateless_random_*``,
 ``keras.random.dropout(x, rate, seed=42)`` with the TensorFlow backend) is a pure function of its
@@ -70,7 +70,7 @@ def _constant(name: str, by_name: dict, known: dict, depth: int = 0) -> bool:
 
 
 def constant_seed_ops(graph_def) -> list[str]:
-    """Names of the stateless random ops in ``graph_def`` whose seed is a constant (notebook 10)."""
+    """Names of the stateless random ops in ``graph_def`` whose seed is a constant (notebook 10_tpu_readiness_check)."""
     found = []
     for nodes in _scopes(graph_def):
         by_name, known = {node.name: node for node in nodes}, {}
@@ -85,7 +85,7 @@ def constant_seed_ops(graph_def) -> list[str]:
 def add_constant_seeds(report, where: str, *, pipeline: bool = False) -> None:
     """Report ops found by :func:`constant_seed_ops`, at ``where``, as a ``constant-seed`` warning.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
 
     runs = "for every element and every epoch" if pipeline else "at every step"

@@ -1,6 +1,6 @@
 """Python side effects in a training step: what runs once, while tracing, and never again.
 
-Part of the readiness check, notebook 10.
+Part of the readiness check, notebook 10_tpu_readiness_check.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def unbuilt_optimizers(fn) -> list:
     """The unbuilt Keras optimizers the step's code names (closures, globals, ``self``).
 
     Tracing builds one without slots (plain SGD) without creating a variable; the check marks
-    them unbuilt again afterwards, so that it changes nothing of the user's (notebook 10).
+    them unbuilt again afterwards, so that it changes nothing of the user's (notebook 10_tpu_readiness_check).
     """
     import keras
 
@@ -43,7 +43,7 @@ def unbuilt_optimizers(fn) -> list:
 # What a traced step may change in Python without anyone noticing: closure variables, globals and
 # attributes of ``self`` that the function's code names.
 class Watch:
-    """The Python values a step can change: closures, globals, ``self`` attributes (notebook 10)."""
+    """The Python values a step can change: closures, globals, ``self`` attributes (notebook 10_tpu_readiness_check)."""
 
     def __init__(self, fn):
         self.fn = inspect.unwrap(fn)
@@ -100,7 +100,7 @@ def _fingerprint(value):
 
 @contextlib.contextmanager
 def capture_print():
-    """Record Python ``print`` calls made by user code while the step is traced (notebook 10)."""
+    """Record Python ``print`` calls made by user code while the step is traced (notebook 10_tpu_readiness_check)."""
     calls: list[str] = []
     real_print = builtins.print
 
@@ -120,7 +120,7 @@ def capture_print():
 
 
 def frozen_random(fn) -> list[str]:
-    """Python or NumPy random generators and clocks the step's own code uses (notebook 10)."""
+    """Python or NumPy random generators and clocks the step's own code uses (notebook 10_tpu_readiness_check)."""
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -149,7 +149,7 @@ def frozen_random(fn) -> list[str]:
 
 
 def add_side_effects(report, where, printed, changed, random_names) -> None:
-    """Report Python side effects and frozen random numbers found while tracing (notebook 10)."""
+    """Report Python side effects and frozen random numbers found while tracing (notebook 10_tpu_readiness_check)."""
     if printed or changed:
         effects = [f"print() at {p}" for p in printed[:2]]
         effects += [f"changes Python variable '{name}'" for name in changed]

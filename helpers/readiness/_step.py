@@ -1,6 +1,6 @@
 """Trace the training step once (never run it) and hand its graph to the XLA checks.
 
-Part of the readiness check, notebook 10.
+Part of the readiness check, notebook 10_tpu_readiness_check.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def check_step(
     ``per_replica``: the dataset already yields one replica's batch (a ``dataset_fn``'s).
     ``step_args``: how strategy.run passes the batch (:data:`STEP_ARGS`); None tries both.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     import tensorflow as tf
 

@@ -1,6 +1,6 @@
 """What XLA makes of the traced step: ops with no XLA kernel, float64 math, a full compile.
 
-Part of the readiness check, notebook 10.
+Part of the readiness check, notebook 10_tpu_readiness_check.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ OP_WORDS = {
 def graph_nodes(concrete):
     """``(op type, node name, NodeDef)`` for the graph and every function in its library.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     graph_def = concrete.graph.as_graph_def()
     for node in graph_def.node:
@@ -119,7 +119,7 @@ def check_graph_ops(
     Returns the op types reported and ``{op type: node names}`` of ops with value-dependent
     output sizes, which only a full compile can judge (see :func:`add_value_shape_ops`).
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     cache: dict = {}
     missing: dict[str, list[str]] = {}
@@ -188,7 +188,7 @@ def check_graph_ops(
 def add_value_shape_ops(report: Report, where: str, value_shape: dict, explained: set) -> None:
     """Without a full compile, flag ops whose output size depends on values (op by op).
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     for op, names in value_shape.items():
         if op in explained:
@@ -288,7 +288,7 @@ def compile_step(
 ) -> set | None:
     """Compile the traced step to HLO; None when it compiled, else the op types it explained.
 
-    Part of the readiness check, notebook 10.
+    Part of the readiness check, notebook 10_tpu_readiness_check.
     """
     try:
         hlo = jit.experimental_get_compiler_ir(*compile_args)(stage="hlo")

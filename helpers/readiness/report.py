@@ -1,6 +1,6 @@
 """What the readiness check returns: :class:`Finding`, :class:`Report` and :class:`NotReady`.
 
-Part of the readiness check, notebook 10.
+Part of the readiness check, notebook 10_tpu_readiness_check.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ LABEL_COLOURS = {
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: what, where, why it matters on a TPU, and the fix (notebook 10)."""
+    """One problem: what, where, why it matters on a TPU, and the fix (notebook 10_tpu_readiness_check)."""
 
     code: str
     severity: str
@@ -45,12 +45,12 @@ class Finding:
 
 
 class NotReady(AssertionError):
-    """Raised by :meth:`Report.assert_clean`; the message lists the problems (notebook 10)."""
+    """Raised by :meth:`Report.assert_clean`; the message lists the problems (notebook 10_tpu_readiness_check)."""
 
 
 @dataclass
 class Report:
-    """The findings of :func:`check`: text when printed, a table in a notebook (notebook 10)."""
+    """The findings of :func:`check`: text when printed, a table in a notebook (notebook 10_tpu_readiness_check)."""
 
     findings: list[Finding] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)

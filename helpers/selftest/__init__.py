@@ -1,5 +1,5 @@
 """The TPU self-test: one command that checks what the lessons teach and writes a shareable
-report (notebook 00).
+report (notebook 00_tpu_self_test).
 
     python -m helpers.selftest [--out DIR] [--smoke] [--simulated-replicas N]
 
@@ -13,8 +13,8 @@ or, in a notebook::
 
 Each check is a short, real run of one lesson with its evidence, isolated from the others (an
 exception fails that check only) and given a time budget. The modules: ``base`` (checks and how
-they run), ``environment`` (the report's first section), ``checks`` (correctness, notebooks 01
-to 08), ``speed`` (throughput and rates, 03, 05, 06), ``report`` (Markdown and JSON) and ``cli``
+they run), ``environment`` (the report's first section), ``checks`` (correctness, notebooks 01_tpu_detection_and_connection
+to 08_checkpoints_and_preemption), ``speed`` (throughput and rates, 03, 05, 06), ``report`` (Markdown and JSON) and ``cli``
 (the command, which can install TensorFlow's TPU build and start itself again).
 """
 
@@ -32,29 +32,67 @@ from helpers.strategy import SIMULATED_REPLICAS
 # (smoke, full) budgets in seconds: full mode is sized to about 3 minutes on one v5e core. The
 # fit, uint8 and checkpoint checks build the reference script's CNN (its compilation dominates).
 DEFAULT_CHECKS: tuple[Check, ...] = (
-    Check("connect", "Connect to the accelerator", "01", (30, 120), checks.connect),
-    Check("variables", "Variables on every replica", "02", (5, 10), checks.variables),
-    Check("fit", "A few fit steps", "03", (30, 60), checks.fit),
+    Check(
+        "connect",
+        "Connect to the accelerator",
+        "01_tpu_detection_and_connection",
+        (30, 120),
+        checks.connect,
+    ),
+    Check(
+        "variables",
+        "Variables on every replica",
+        "02_building_in_strategy_scope",
+        (5, 10),
+        checks.variables,
+    ),
+    Check("fit", "A few fit steps", "03_keras_compile_and_fit", (30, 60), checks.fit),
     Check(
         "replica_equivalence",
         "Custom loop: N replicas match one",
-        "04",
+        "04_custom_training_loops",
         (15, 30),
         checks.replica_equivalence,
     ),
-    Check("bfloat16", "bfloat16 matmul", "05", (5, 10), checks.bfloat16_matmul),
-    Check("input_pipeline", "Input pipeline throughput", "06", (10, 20), speed.input_pipeline),
     Check(
-        "uint8_input", "uint8 pixels into a training step", "00, 06", (30, 60), checks.uint8_input
+        "bfloat16",
+        "bfloat16 matmul",
+        "05_bfloat16_mixed_precision",
+        (5, 10),
+        checks.bfloat16_matmul,
     ),
-    Check("checkpoint", "Checkpoint restored onto one device", "08", (15, 30), checks.checkpoint),
     Check(
-        "matmul_rate", "Matmul rate against the published peak", "05", (10, 15), speed.matmul_rate
+        "input_pipeline",
+        "Input pipeline throughput",
+        "06_input_pipelines",
+        (10, 20),
+        speed.input_pipeline,
+    ),
+    Check(
+        "uint8_input",
+        "uint8 pixels into a training step",
+        "00_tpu_self_test, 06_input_pipelines",
+        (30, 60),
+        checks.uint8_input,
+    ),
+    Check(
+        "checkpoint",
+        "Checkpoint restored onto one device",
+        "08_checkpoints_and_preemption",
+        (15, 30),
+        checks.checkpoint,
+    ),
+    Check(
+        "matmul_rate",
+        "Matmul rate against the published peak",
+        "05_bfloat16_mixed_precision",
+        (10, 15),
+        speed.matmul_rate,
     ),
     Check(
         "recipes",
         "Classic Keras recipe vs the collection's",
-        "03, 06",
+        "03_keras_compile_and_fit, 06_input_pipelines",
         (20, 60),
         speed.keras_recipes,
     ),

@@ -1,4 +1,4 @@
-"""``python -m helpers.selftest``: see :mod:`helpers.selftest.cli` (notebook 00)."""
+"""``python -m helpers.selftest``: see :mod:`helpers.selftest.cli` (notebook 00_tpu_self_test)."""
 
 import sys
 

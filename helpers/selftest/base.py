@@ -1,4 +1,4 @@
-"""The machinery of the TPU self-test (notebook 00): what a check is, what it returns, and how
+"""The machinery of the TPU self-test (notebook 00_tpu_self_test): what a check is, what it returns, and how
 each one runs isolated, within a time limit, so that one broken check never hides the others.
 
 A check is a function ``fn(context) -> Outcome``. It raises to fail (the error becomes the

@@ -1,4 +1,4 @@
-"""The correctness checks of the TPU self-test (notebook 00), one per lesson they come from.
+"""The correctness checks of the TPU self-test (notebook 00_tpu_self_test), one per lesson they come from.
 
 Each is a short, real run of what a notebook teaches, with the evidence that it worked:
 connect (01), variables on every replica (02), a few ``fit`` steps (03), a custom loop on N
@@ -74,9 +74,9 @@ def _max_difference(a_list, b_list) -> float:
 
 
 def connect(context: Context) -> Outcome:
-    """``helpers.connect`` gives the strategy this hardware should have (notebook 01).
+    """``helpers.connect`` gives the strategy this hardware should have (notebook 01_tpu_detection_and_connection).
 
-    Run by the self-test of notebook 00.
+    Run by the self-test of notebook 00_tpu_self_test.
     """
     start = time.perf_counter()
     strategy = helpers.connect(context.simulated_replicas)
@@ -110,9 +110,9 @@ def judge_connect(evidence: dict) -> Outcome:
 
 def variables(context: Context, *, scope=None) -> Outcome:
     """A variable made in ``strategy.scope()`` has one copy per replica, each on its own device,
-    and ``strategy.run`` reaches every replica (notebook 02). ``scope`` replaces
+    and ``strategy.run`` reaches every replica (notebook 02_building_in_strategy_scope). ``scope`` replaces
     ``strategy.scope``, e.g. ``contextlib.nullcontext`` to make the variable outside it.
-    Run by the self-test of notebook 00.
+    Run by the self-test of notebook 00_tpu_self_test.
     """
     import tensorflow as tf
 
@@ -167,8 +167,8 @@ def fit(context: Context, *, loss=None) -> Outcome:
     """A few ``fit`` steps on every replica with the reference script's parts (``build``,
     ``compile_for_fit``, ``fit_steps_per_execution``, ``train_dataset``): a finite, falling
     loss, and the loss ``evaluate`` reports equals a one-device NumPy evaluation of the same
-    weights (notebook 03). ``loss`` replaces the compiled loss (default: the script's).
-    Run by the self-test of notebook 00.
+    weights (notebook 03_keras_compile_and_fit). ``loss`` replaces the compiled loss (default: the script's).
+    Run by the self-test of notebook 00_tpu_self_test.
     """
     import keras
     import tensorflow as tf
@@ -248,9 +248,9 @@ def judge_fit(evidence: dict, notes=()) -> Outcome:
 
 def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
     """The reference script's step and loop (``make_train_step``, ``many_steps``) on every
-    replica end with the same weights as on one replica (notebook 04). ``make_steps`` replaces
+    replica end with the same weights as on one replica (notebook 04_custom_training_loops). ``make_steps`` replaces
     the loop under test.
-    Run by the self-test of notebook 00.
+    Run by the self-test of notebook 00_tpu_self_test.
     """
     strategy = context.need_strategy()
     replicas = context.replicas
@@ -289,7 +289,7 @@ def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
 
 def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
     """Status and summary of :func:`replica_equivalence` from its evidence. Taught in
-    notebook 00.
+    notebook 00_tpu_self_test.
     """
     diff, tol = evidence["max_weight_difference"], evidence["tolerance"]
     runs = (
@@ -308,8 +308,8 @@ def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
 
 def bfloat16_matmul(context: Context, *, dtype=None) -> Outcome:
     """A matmul in bfloat16 on a replica gives bfloat16, as accurate as bfloat16 can be
-    (notebook 05): relative error within bfloat16's epsilon, measured against float64.
-    ``dtype`` replaces the bfloat16 the inputs are cast to. Run by the self-test of notebook 00.
+    (notebook 05_bfloat16_mixed_precision): relative error within bfloat16's epsilon, measured against float64.
+    ``dtype`` replaces the bfloat16 the inputs are cast to. Run by the self-test of notebook 00_tpu_self_test.
     """
     import tensorflow as tf
 
@@ -369,12 +369,12 @@ def judge_bfloat16(evidence: dict) -> Outcome:
 
 def uint8_input(context: Context, *, dtype=None) -> Outcome:
     """uint8 pixels from the reference script's pipeline fed into ``fit`` steps of its model,
-    scaled on the device by the model's first layer (notebooks 05 and 06): the step takes them, the loss is
+    scaled on the device by the model's first layer (notebooks 05_bfloat16_mixed_precision and 06_input_pipelines): the step takes them, the loss is
     finite and the weights move. In 2020 TensorFlow's TPU team answered "uint8, which isn't
     supported on TPU. You can cast to uint32" (tensorflow/tensorflow#37426); XLA has supported u8
     on TPU since August 2020 (jax-ml/jax#4011). Whether TPUStrategy takes uint8 today is
     unverified on hardware: a report from a TPU answers it; the fallback is to cast on the host.
-    ``dtype`` replaces the uint8 fed to the step. Run by the self-test of notebook 00.
+    ``dtype`` replaces the uint8 fed to the step. Run by the self-test of notebook 00_tpu_self_test.
     """
     import tensorflow as tf
 
@@ -428,8 +428,8 @@ def judge_uint8_input(evidence: dict) -> Outcome:
 def checkpoint(context: Context, *, restore=None) -> Outcome:
     """Save a model that lives on the strategy with the reference script's ``checkpointing``
     and ``save_checkpoint``, then ``restore`` it into the same model built on one device with
-    no strategy: the same weights and the same outputs (notebook 08). ``restore`` replaces
-    ``train_tpu.restore`` (same arguments). Run by the self-test of notebook 00.
+    no strategy: the same weights and the same outputs (notebook 08_checkpoints_and_preemption). ``restore`` replaces
+    ``train_tpu.restore`` (same arguments). Run by the self-test of notebook 00_tpu_self_test.
     """
     import tensorflow as tf
 

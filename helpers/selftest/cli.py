@@ -1,6 +1,6 @@
-"""``python -m helpers.selftest``: the TPU self-test as one command (notebook 00).
+"""``python -m helpers.selftest``: the TPU self-test as one command (notebook 00_tpu_self_test).
 
-    pip install -q git+<repository>@<release>     (README.md and notebook 00 give the line)
+    pip install -q git+<repository>@<release>     (README.md and notebook 00_tpu_self_test give the line)
     python -m helpers.selftest [--out DIR] [--smoke] [--simulated-replicas N] [--[no-]install]
 
 Writes ``DIR/tpu-self-test.md`` and ``DIR/tpu-self-test.json``, prints the Markdown, and exits

@@ -1,4 +1,4 @@
-"""The environment section of the TPU self-test report (notebooks 00 and 01).
+"""The environment section of the TPU self-test report (notebooks 00_tpu_self_test and 01_tpu_detection_and_connection).
 
 Everything here reads environment variables, device nodes and package metadata, so the section
 can be written even when TensorFlow is missing or cannot drive the TPU. The strategy's kind,
@@ -43,7 +43,7 @@ LABELS = {
     "helpers": "tpu-field-guide helpers",
     "install_route_taken": "install route taken",
     "install_route_for_platform": "install route for this platform and Python",
-    "known_failures_seen": "known failures seen (helpers.failures, notebook 01)",
+    "known_failures_seen": "known failures seen (helpers.failures, notebook 01_tpu_detection_and_connection)",
 }
 
 

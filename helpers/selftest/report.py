@@ -1,4 +1,4 @@
-"""The TPU self-test's report: Markdown for a person, JSON for a machine (notebook 00).
+"""The TPU self-test's report: Markdown for a person, JSON for a machine (notebook 00_tpu_self_test).
 
 Both hold the same sections: a summary, the environment, one row per check, and each check's
 evidence. The JSON's ``schema`` names its layout, so a tool reading reports attached to issues

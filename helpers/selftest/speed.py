@@ -1,4 +1,4 @@
-"""The speed checks of the TPU self-test (notebook 00): input pipeline throughput (06), the
+"""The speed checks of the TPU self-test (notebook 00_tpu_self_test): input pipeline throughput (06), the
 matmul rate against the chip's published peak (05), and the classic Keras recipe against the
 collection's recipe (03 and 06) on the same model.
 
@@ -42,10 +42,10 @@ CLASSIC_SHUFFLE = 60_000  # the classic MNIST tutorial's shuffle buffer: the who
 
 
 def input_pipeline(context: Context, *, build=None) -> Outcome:
-    """The collection's TFRecord pipeline (notebook 06, "vectorised" stage) against the
+    """The collection's TFRecord pipeline (notebook 06_input_pipelines, "vectorised" stage) against the
     tutorial version ("naive"): examples per second, CPU work per example, static batches.
     ``build`` replaces ``helpers.pipelines.build_pipeline`` (same arguments).
-    Run by the self-test of notebook 00.
+    Run by the self-test of notebook 00_tpu_self_test.
     """
     images = context.images()
     count = context.size(512, len(images.x_train))
@@ -107,7 +107,7 @@ def judge_input_pipeline(evidence: dict) -> Outcome:
 def matmul_rate(context: Context) -> Outcome:
     """Chained square matmuls on every replica, in TFLOP/s: bfloat16 on a TPU, compared with the
     generation's published peak per chip; float32 elsewhere, for information.
-    Run by the self-test of notebook 00.
+    Run by the self-test of notebook 00_tpu_self_test.
     """
     import tensorflow as tf
 
@@ -187,7 +187,7 @@ def recipes(replicas: int, pixels: np.ndarray, labels: np.ndarray, spe: int) -> 
     """The stages from the classic Keras recipe to the collection's, each a dict with ``name``,
     ``change`` (over the stage before), ``input_dtype``, ``steps_per_execution`` and its
     ``dataset``; the first is the classic recipe, the last the collection's. Taught in 03 and
-    06; notebook 00 runs the readiness check on the last one.
+    06; notebook 00_tpu_self_test runs the readiness check on the last one.
     Taught in notebook 00.
     """
     import tensorflow as tf
@@ -271,9 +271,9 @@ def time_recipes(strategy, stages: list[dict], steps: int, epochs: int) -> dict:
 
 
 def keras_recipes(context: Context) -> Outcome:
-    """The classic Keras recipe against the collection's (notebooks 03 and 06), in examples per
+    """The classic Keras recipe against the collection's (notebooks 03_keras_compile_and_fit and 06_input_pipelines), in examples per
     second of ``fit`` on the same model; in full mode each change's share too.
-    Run by the self-test of notebook 00.
+    Run by the self-test of notebook 00_tpu_self_test.
     """
     strategy = context.need_strategy()
     replicas = context.replicas
@@ -323,7 +323,7 @@ def keras_recipes(context: Context) -> Outcome:
 
 def judge_recipes(evidence: dict) -> Outcome:
     """Status and summary of :func:`keras_recipes` on a TPU, from its evidence. Taught in
-    notebook 00.
+    notebook 00_tpu_self_test.
     """
     rates, ratio = evidence["examples_per_second"], evidence["speedup"]
     names = list(rates)

@@ -1,5 +1,5 @@
 """What every measurement shares: the settings of each mode, report rows, progress output, and
-the training setups (the digits, the lessons' Fashion-MNIST, the custom loop of notebook 04)."""
+the training setups (the digits, the lessons' Fashion-MNIST, the custom loop of notebook 04_custom_training_loops)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ __all__ = [
     "tiny_loop",
 ]
 
-# The lessons' workload: the per-replica batch notebook 03 trains with, read from the manifest
+# The lessons' workload: the per-replica batch notebook 03_keras_compile_and_fit trains with, read from the manifest
 # (make sync writes the same value into its parameters cell).
 LESSON = "03_keras_compile_and_fit"
 LESSON_PER_REPLICA = manifest.lesson_settings(manifest.load()[LESSON])["PER_REPLICA_BATCH"]
@@ -170,7 +170,7 @@ def steps(n: int):
 
 
 def custom_loop(strategy, x, y, global_batch: int, *, hidden: int = 128):
-    """The custom training loop of notebook 04 on ``strategy``: ``(model, train_steps,
+    """The custom training loop of notebook 04_custom_training_loops on ``strategy``: ``(model, train_steps,
     iterator)``, the model taking ``x``'s dtype (uint8 pixels are scaled in the model)."""
     import keras
 

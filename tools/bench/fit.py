@@ -1,4 +1,4 @@
-"""``compile(steps_per_execution=N)`` against 1 in Keras ``fit`` (notebook 03), where it runs."""
+"""``compile(steps_per_execution=N)`` against 1 in Keras ``fit`` (notebook 03_keras_compile_and_fit), where it runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Many training steps per ``tf.function`` call against one step per call (notebook 04)."""
+"""Many training steps per ``tf.function`` call against one step per call (notebook 04_custom_training_loops)."""
 
 from __future__ import annotations
 

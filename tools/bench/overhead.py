@@ -1,5 +1,5 @@
 """The simulated TPU's overhead: 8 replicas on this CPU against one device, side by side in one
-process, at the lessons' own workload (notebook 03's per-replica batch, from the manifest)
+process, at the lessons' own workload (notebook 03_keras_compile_and_fit's per-replica batch, from the manifest)
 and at the tiny workload the other rows use (the 8x8 digits at global batch 256)."""
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def task_overhead(strategy, settings: Settings) -> list[dict]:
     replicas = strategy.num_replicas_in_sync
     lesson_batch = LESSON_PER_REPLICA * replicas
     x, y = lesson_images(8 * lesson_batch)
-    single = loops.reference_strategy()  # the first CPU device, as notebook 04 compares with
+    # the first CPU device, as notebook 04_custom_training_loops compares with
+    single = loops.reference_strategy()
     who = f"{replicas_text(replicas)} vs 1 device"
     rows = []
 
@@ -84,7 +85,7 @@ def task_overhead(strategy, settings: Settings) -> list[dict]:
     fit_steps = fitting.whole_executions(n, choice.value)  # Keras runs whole calls
     say(f"fit, global batch {lesson_batch}, steps_per_execution={choice.value}: {choice.reason}")
     ds = data.make_dataset(x, y, lesson_batch, replicas=replicas)
-    # One device as notebook 03 times it: the default strategy, no scope around the model.
+    # One device as notebook 03_keras_compile_and_fit times it: the default strategy, no scope around the model.
     models = [
         compiled(where, x.shape[1:], choice.value, input_dtype="uint8")
         for where in (tf.distribute.get_strategy(), strategy)
@@ -96,7 +97,7 @@ def task_overhead(strategy, settings: Settings) -> list[dict]:
         row(
             "overhead_fit",
             TITLE,
-            f"Keras fit as notebook 03 teaches it (uint8 input, static batches, "
+            f"Keras fit as notebook 03_keras_compile_and_fit teaches it (uint8 input, static batches, "
             f"steps_per_execution={choice.value}), global batch {lesson_batch}, {who}",
             "1 device",
             "replicas",

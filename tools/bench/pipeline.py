@@ -1,4 +1,4 @@
-"""The optimised input pipeline against the naive one, examples per second (notebook 06)."""
+"""The optimised input pipeline against the naive one, examples per second (notebook 06_input_pipelines)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``mixed_bfloat16`` against ``float32``: step time and memory (notebook 05)."""
+"""``mixed_bfloat16`` against ``float32``: step time and memory (notebook 05_bfloat16_mixed_precision)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The classic Keras TPU recipe against the collection's (notebooks 03 and 06), in examples per
+"""The classic Keras TPU recipe against the collection's (notebooks 03_keras_compile_and_fit and 06_input_pipelines), in examples per
 second of ``fit``, with what each change contributes.
 
 The stages, the model and the timing are the TPU self-test's (``helpers.selftest.speed``): the

@@ -186,15 +186,15 @@ def markdown(report: dict) -> str:
 
 NOTES = {
     "overhead_loop": (
-        f"the lessons' own workload (notebook 03: {LESSON_PER_REPLICA} per replica, global batch "
+        f"the lessons' own workload (notebook 03_keras_compile_and_fit: {LESSON_PER_REPLICA} per replica, global batch "
         f"{LESSON_PER_REPLICA * R:,}). "
         "Both sides run in the same process, alternating: the one device is the first CPU device "
-        "(`helpers.loops.reference_strategy`, notebook 04), which uses all the CPU's threads. "
+        "(`helpers.loops.reference_strategy`, notebook 04_custom_training_loops), which uses all the CPU's threads. "
         "The target (at most 1.5x) is for this simulation; on a TPU each replica has its own "
         "core."
     ),
     "overhead_fit": (
-        "`fit` as notebook 03 times it (`helpers.fitting.time_fit`; one device: the model built "
+        "`fit` as notebook 03_keras_compile_and_fit times it (`helpers.fitting.time_fit`; one device: the model built "
         "outside any strategy scope), on both sides the steps_per_execution `helpers.fitting` "
         "chooses for the simulated TPU; target at most 2.5x."
     ),
@@ -206,18 +206,18 @@ NOTES = {
         "cost per step, not what the lessons' workload pays."
     ),
     "pipeline": (
-        "both pipelines come from `helpers/pipelines.py` (notebook 06): the naive one reads "
+        "both pipelines come from `helpers/pipelines.py` (notebook 06_input_pipelines): the naive one reads "
         "files in turn and decodes and augments one example at a time, as most tutorials do; "
         "the optimised one reads in parallel, caches decoded images, augments whole batches "
         "and prefetches."
     ),
     "steps_per_call": (
-        "`helpers.loops.make_train_steps` (notebook 04); the same traced function runs either "
+        "`helpers.loops.make_train_steps` (notebook 04_custom_training_loops); the same traced function runs either "
         "1 step per call (called N times) or N steps per call. On a TPU each call is a round "
         "trip from the host, which is what the many-steps loop saves."
     ),
     "fit_spe_1": (
-        "`helpers.fitting.steps_per_execution_for` (notebook 03) picks the value; "
+        "`helpers.fitting.steps_per_execution_for` (notebook 03_keras_compile_and_fit) picks the value; "
         "`helpers.fitting.time_fit` runs one `fit` per model: an untimed epoch, then timed "
         "epochs; the pairs are epoch 1 with epoch 1 and so on (not alternated: on 8 replicas "
         "every new `fit` call sets up its distributed input again, slowly and erratically)."
@@ -243,7 +243,7 @@ NOTES = {
     "bf16_weights": (
         "under `mixed_bfloat16` the variables stay float32 (only computations are bfloat16), "
         "so weight memory does not shrink; the activations do, except the float32 logits. "
-        "Both are counted by `helpers.precision` (notebook 05) from the model's tensors."
+        "Both are counted by `helpers.precision` (notebook 05_bfloat16_mixed_precision) from the model's tensors."
     ),
     "notebooks": "an absolute time, not a ratio: how long CI's notebook run takes here.",
     "tests": (
@@ -253,7 +253,7 @@ NOTES = {
 RECIPE_NOTE = (
     "the classic Keras TPU recipe (Dense 128, 128 per replica, float32 pixels shuffled in a "
     "60,000-element buffer, batches without drop_remainder, one step per call, no cache) "
-    "against this collection's (notebooks 03 and 06); the rows below it give each change's "
+    "against this collection's (notebooks 03_keras_compile_and_fit and 06_input_pipelines); the rows below it give each change's "
     "share. The stages and the timing are the TPU self-test's (`helpers.selftest.speed`), "
     "where the at-least-2x target applies: on a CPU the host overhead the recipe removes is "
     "small, so the ratio here is for information."

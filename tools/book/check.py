@@ -12,7 +12,7 @@ For every page of BOOK/html it checks that:
   outputs (BOOK/src holds the notebooks the pages were built from), and no Markdown output
   whose table stayed as text;
 - its weight (every file it loads, uncompressed) stays within the budget below.
-Then it types `steps_per_execution` into the search box and expects lesson 03 among the
+Then it types `steps_per_execution` into the search box and expects lesson 03_keras_compile_and_fit among the
 results, and saves screenshots of the landing page and two lessons to BOOK/screenshots.
 It exits 1 if any check fails, listing each failure.
 """

@@ -1,6 +1,6 @@
 """``python -m tools.hardware kaggle|colab|local``: run every lesson on a TPU host, keep a record.
 
-    python -m tools.hardware kaggle --quick    # first light: the route, the self-test, lesson 01
+    python -m tools.hardware kaggle --quick    # first light: the route, the self-test, lesson 01_tpu_detection_and_connection
     python -m tools.hardware kaggle            # a private kernel on Kaggle's TPU v5e-8
     python -m tools.hardware kaggle --collect OWNER/SLUG   # a run started earlier
     python -m tools.hardware colab             # `colab run --tpu v5e1` (signed in once)
@@ -42,7 +42,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument(
         "--quick",
         action="store_true",
-        help="first light: the route, the self-test and lesson 01 only (verifies the route only)",
+        help="first light: the route, the self-test and lesson 01_tpu_detection_and_connection only (verifies the route only)",
     )
     parser.add_argument("--only", action="append", default=[], help="a lesson number prefix")
     parser.add_argument("--records", help="where the record goes (default: see above)")

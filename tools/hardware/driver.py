@@ -1,7 +1,7 @@
 """The hardware run, on the TPU host: route, lessons, self-test, and one record.
 
     python -m tools.hardware.driver --platform kaggle --out /kaggle/working/hardware-run \\
-        --commit SHA --run-id ID [--smoke | --quick] [--only NN ...]
+        --commit SHA --run-id ID [--smoke | --quick] [--only NAME ...]
 
 Run from a checkout of the commit under test (``hardware.kernel`` makes one on the host). In
 order, each step's output in ``OUT``:
@@ -18,7 +18,7 @@ order, each step's output in ``OUT``:
    ``record.json`` (``hardware.records``), whose ``steps`` say what each step showed and how long
    it took: the route installed, the lessons, the TPU connected, each self-test check.
 
-``--quick`` is the first light: the route, lesson 01 and the self-test (both in full), and the
+``--quick`` is the first light: the route, lesson 01_tpu_detection_and_connection and the self-test (both in full), and the
 reference script's ``--smoke`` run once the commit has it (:func:`reference_script`); its record
 can verify the platform's route and nothing else (``hardware.records``).
 
@@ -46,7 +46,8 @@ ROOT = records.ROOT
 # pins of requirements-tools.txt; a TPU image has some of them at other versions, or none).
 RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof", "scikit-learn")
 PASSED = ("passed", "cached")
-QUICK_LESSONS = ("01",)
+QUICK_LESSONS = ("tpu_detection_and_connection",)
+QUICK = f"lesson {', '.join(QUICK_LESSONS)}"
 # The reference script a learner takes home (being written on its own branch): the quick run
 # runs its smoke mode as soon as the commit under test has it, and records why not until then.
 REFERENCE_SCRIPT = "train_tpu"
@@ -207,8 +208,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-id", required=True, help="names this run in its record")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
-    mode.add_argument("--quick", action="store_true", help="the route, lesson 01, the self-test")
-    parser.add_argument("--only", action="append", default=[], help="lesson number prefix")
+    mode.add_argument("--quick", action="store_true", help=f"the route, {QUICK}, the self-test")
+    parser.add_argument("--only", action="append", default=[], help="a lesson's name or number")
     parser.add_argument("--cell-timeout", type=int, default=1800)
     return parser.parse_args(argv)
 
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    mode = " (quick: the route, lesson 01, the self-test)" if args.quick else ""
+    mode = f" (quick: the route, {QUICK}, the self-test)" if args.quick else ""
     print(f"Hardware run {args.run_id} on {args.platform}{mode}, commit {args.commit}", flush=True)
     route, installed = install(args.platform, args.out)
     env = processes.child_env({"PYTHONPATH": str(ROOT)}, cpu_only=False)

@@ -12,7 +12,7 @@ page, each lesson page and the "Verified on hardware" page):
   more;
 - a full record (every lesson run in full, not the quick versions) that counts verifies its
   platform's route when the self-test passed in it, and each lesson that passed in it;
-- a quick record (``--quick``, the first light: the route, lesson 01, the self-test) that counts
+- a quick record (``--quick``, the first light: the route, lesson 01_tpu_detection_and_connection, the self-test) that counts
   verifies its platform's route when the self-test passed in it, and nothing else: no lesson,
   not even the one it ran, waits on less than a full run;
 - a smoke record (the lessons' quick versions) verifies nothing;

@@ -1,7 +1,7 @@
 """Where a run writes: one folder per mode, environment and notebook selection.
 
 ``build/full`` and ``build/smoke`` for the main environment (``.venv``), ``build/full-kaggle`` for
-``.venv-kaggle``, ``build/smoke-03-04`` for a smoke run of notebooks 03 and 04 only: a run on one
+``.venv-kaggle``, ``build/smoke-03-04`` for a smoke run of notebooks 03_keras_compile_and_fit and 04_custom_training_loops only: a run on one
 stack never overwrites another stack's executed notebooks, and parallel runs never clobber.
 The environment is the one running the tool (``sys.prefix``), so ``make`` needs no folder logic.
 """

@@ -1,4 +1,4 @@
-"""Notebook 06 writes and reads its TFRecords in plain TensorFlow (cells ``78f08c66``: writing,
+"""Notebook 06_input_pipelines writes and reads its TFRecords in plain TensorFlow (cells ``78f08c66``: writing,
 ``8670aeb9``: the feature spec, parsing and parallel reading); ``helpers.pipelines`` packages
 the same code for the self-test, the benchmark and later lessons.
 

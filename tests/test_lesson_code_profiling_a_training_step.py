@@ -1,4 +1,4 @@
-"""Notebook 11 captures its first profile with plain ``tf.profiler.experimental`` calls (cell
+"""Notebook 11_profiling_a_training_step captures its first profile with plain ``tf.profiler.experimental`` calls (cell
 ``53dc0bba``); the later runs use ``helpers.profiling.profile_calls``, which it says packages the
 same lines. This runs the lesson's cell as stored and the helper on the same kind of calls, in one
 child process, and requires the same reading of both profiles: every call marked as one step,

@@ -1,4 +1,4 @@
-"""Notebook 07 writes a topology and a device assignment in plain ``tf.tpu.experimental`` calls;
+"""Notebook 07_model_parallelism writes a topology and a device assignment in plain ``tf.tpu.experimental`` calls;
 ``helpers.topology`` builds the same objects for the rest of the lesson.
 
 Each test runs the lesson's cell as stored and compares its result with the helper's.

@@ -1,4 +1,4 @@
-"""Notebook 12 survives a busy machine: 8 simulated JAX devices beside a CPU-bound process.
+"""Notebook 12_keras3_on_jax survives a busy machine: 8 simulated JAX devices beside a CPU-bound process.
 
 On a machine with fewer cores than simulated devices, jaxlib's CPU client deadlocked now and
 then in a collective of the data-parallel ``fit`` (XLA ended the kernel after 40 seconds:
@@ -14,7 +14,7 @@ it; the loops end on their own after a bounded time and the test stops them in a
 Marked slow, so ``make test`` runs it once, on the main stack (jaxlib 0.10.2, where the deadlock
 was seen; 40 to 100 s on a busy two-core machine). Ten runs in a row on a stack, the acceptance
 check: ``FIELD_GUIDE_BUSY_RUNS=10 .venv-kaggle/bin/python -m pytest
-tests/test_lesson_12_busy_machine.py -n 0``.
+tests/test_keras3_on_jax_busy_machine.py -n 0``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _busy_loops(seconds: float) -> list[subprocess.Popen]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(SECONDS_PER_RUN * RUNS + 60)
-def test_lesson_12_runs_beside_a_busy_process(tmp_path):
+def test_keras3_on_jax_runs_beside_a_busy_process(tmp_path):
     # The pool size must come from the lesson's own setup, not from this test's environment.
     env = processes.child_env({"PJRT_NPROC": None, "NPROC": None, "XLA_FLAGS": None})
     loops = _busy_loops(SECONDS_PER_RUN * RUNS)
@@ -56,7 +56,7 @@ def test_lesson_12_runs_beside_a_busy_process(tmp_path):
         for run in range(RUNS):
             out = tmp_path / f"run{run}"
             command = [sys.executable, str(ROOT / "tools" / "run_notebooks.py"), "--smoke"]
-            command += ["--only", "12", "--replicas", str(DEVICES), "--out", str(out)]
+            command += ["--only", "keras3_on_jax", "--replicas", str(DEVICES), "--out", str(out)]
             began = time.perf_counter()
             done = subprocess.run(
                 command, env=env, capture_output=True, text=True, timeout=SECONDS_PER_RUN
@@ -71,4 +71,4 @@ def test_lesson_12_runs_beside_a_busy_process(tmp_path):
         for loop in loops:
             loop.kill()
             loop.wait()
-    print(f"notebook 12 beside {len(loops)} busy loop(s), {RUNS} run(s): {rows}")
+    print(f"notebook 12_keras3_on_jax beside {len(loops)} busy loop(s), {RUNS} run(s): {rows}")

@@ -1,4 +1,4 @@
-"""Notebook 12 runs the reference script's data and model parts on JAX, shown in cells
+"""Notebook 12_keras3_on_jax runs the reference script's data and model parts on JAX, shown in cells
 (``script-part:data``, ``script-part:model``), because importing ``train_tpu`` would import
 TensorFlow into the JAX process.
 
