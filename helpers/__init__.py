@@ -18,7 +18,7 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
   retracing, and a diagnosis (11)
 - ``jax_port``: the same training on Keras 3 with the JAX backend, never importing TensorFlow (12)
 - ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)
-- ``models``, ``results``, ``checks``: small shared pieces; one home each for every clock
+- ``models``, ``results``, ``expected_errors``: small shared pieces; one home each for every clock
   (``timing``), every plot (``plots``) and the TPU's tile and chip facts (``tpu_facts``)
 - ``tf_internals``: every TensorFlow internal the helpers use, each wrapped with the reason
   (04, 06, 07, 08)

@@ -1,7 +1,7 @@
 """Every plot the lessons draw, kept out of the notebooks' way (notebooks 01_tpu_detection_and_connection, 03_keras_compile_and_fit to 07_model_parallelism, 09_scaling_out_to_pods to 11_profiling_a_training_step).
 
 Sample images with their class names (01), training curves and bar charts (03 to 06, 10), the shares of a profiled step (11), TPU device assignments (07, also importable as
-``topology.plot_assignments``) and a multi-worker run (09, also ``multiworker.plot_run``).
+``topology.plot_assignments``) and a multi-worker run (09, ``plot_worker_run``).
 matplotlib is imported when a plot is drawn, not when ``helpers`` is imported.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "number",
+    "format_measurement",
     "plot_assignments",
     "plot_bars",
     "plot_history",
@@ -80,7 +80,7 @@ def plot_samples(x, y, class_names: Sequence[str], count: int = 10):
     return fig
 
 
-def number(value: float) -> str:
+def format_measurement(value: float) -> str:
     """A measurement as the lessons' printed tables write it: ``3,289``, ``12.5``, ``0.304``."""
     if abs(value) >= 1000:
         return f"{value:,.0f}"
@@ -120,7 +120,7 @@ def plot_bars(
     base = values[baseline] if baseline is not None else None
     labels = []
     for bar, height in zip(bars, heights, strict=True):
-        text = number(height) + (f"\n{height / base:.2f}x" if base else "")
+        text = format_measurement(height) + (f"\n{height / base:.2f}x" if base else "")
         x = bar.get_x() + bar.get_width() / 2
         labels.append(ax.annotate(text, (x, height), ha="center", va="bottom"))
     ax.set_ylabel(ylabel)
@@ -303,6 +303,7 @@ def plot_worker_run(run, examples: int = 96, columns: int = 96):
     examples than ``columns``, each column is a group of neighbouring examples. Right: the loss
     every worker saw, step by step; identical training draws the curves on top of each other.
     Returns the matplotlib figure (notebook 09_scaling_out_to_pods).
+    Taught in notebook 09.
     """
     import matplotlib.pyplot as plt
 

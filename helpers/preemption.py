@@ -17,7 +17,7 @@ that training step, so that the parent's kill lands at the same place in every r
 preemption lands anywhere, and the recovery must not care where.
 
 This module is the parent's side: :class:`RunConfig`, :func:`command`, :func:`run_until_killed`,
-:func:`run_to_end`, :func:`read_progress` and :func:`summarize`. The program is
+:func:`run_to_end`, :func:`read_progress` and :func:`summarize_runs`. The program is
 :mod:`helpers._programs.preemptible`. A parent that only starts and reads runs never loads
 TensorFlow.
 """
@@ -37,14 +37,14 @@ from helpers import processes
 from helpers._arguments import positive_int
 
 __all__ = [
-    "Outcome",
+    "ProcessOutcome",
     "RunConfig",
     "RunFailed",
     "command",
     "read_progress",
     "run_to_end",
     "run_until_killed",
-    "summarize",
+    "summarize_runs",
 ]
 
 PROGRAM = "helpers._programs.preemptible"  # what the child process runs: python -m PROGRAM
@@ -135,7 +135,7 @@ class RunFailed(RuntimeError):
 
 
 @dataclass
-class Outcome:
+class ProcessOutcome:
     """How one process ended: its return code, pid and the events it logged."""
 
     returncode: int
@@ -165,7 +165,7 @@ def _failure(message: str, proc, config: RunConfig) -> RunFailed:
 
 def run_until_killed(
     config: RunConfig, kill_when=None, *, timeout: float = 300.0, env: dict | None = None
-) -> Outcome:
+) -> ProcessOutcome:
     """Start ``config`` in a new process and SIGKILL it once ``kill_when(events)`` is true.
 
     ``kill_when`` gets this process's events so far; by default it waits for the ``hold`` event
@@ -194,10 +194,12 @@ def run_until_killed(
     finally:
         processes.stop([proc])  # never left running
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
-    return Outcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
+    return ProcessOutcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
 
 
-def run_to_end(config: RunConfig, *, timeout: float = 300.0, env: dict | None = None) -> Outcome:
+def run_to_end(
+    config: RunConfig, *, timeout: float = 300.0, env: dict | None = None
+) -> ProcessOutcome:
     """Run ``config`` in a new process to its end; :class:`RunFailed` unless it exits with 0.
 
     Taught in notebook 08.
@@ -213,10 +215,10 @@ def run_to_end(config: RunConfig, *, timeout: float = 300.0, env: dict | None = 
     if proc.returncode != 0:
         raise _failure(f"the run ended with exit {proc.returncode}, not 0", proc, config)
     mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
-    return Outcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
+    return ProcessOutcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
 
 
-def summarize(events: list[dict], steps_per_epoch: int) -> dict:
+def summarize_runs(events: list[dict], steps_per_epoch: int) -> dict:
     """What a sequence of runs (one log, several processes) did, from their events.
 
     Returns per-run rows and the totals notebook 08_checkpoints_and_preemption asserts: ``final_step``, ``steps_run`` (all

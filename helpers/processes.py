@@ -8,8 +8,8 @@ and the tests' fresh interpreters. Each needs the same things, so they come from
   It is set with ``setdefault``: a user's own ``TF_CPP_MIN_LOG_LEVEL=0`` always wins.
 - :data:`CPU_ONLY`, for a child that must keep off the TPU or GPU its parent owns (a TPU serves
   one process; a GPU's memory is mapped by whoever opens it first).
-- :data:`HARMLESS_LOG` and :func:`harmless`, the lines TensorFlow writes before its logging is
-  set up, which no log level reaches: notices, not problems (see :func:`harmless`).
+- :data:`HARMLESS_LOG` and :func:`is_harmless_log`, the lines TensorFlow writes before its logging is
+  set up, which no log level reaches: notices, not problems (see :func:`is_harmless_log`).
 - :func:`child_env` builds a child's environment from all of the above;
   :func:`default_sigint` gives a child program back the Ctrl-C that a shell may have taken away.
 - :func:`start`, :func:`stop` and :func:`log_tail` supervise the children that run on their own
@@ -36,7 +36,7 @@ __all__ = [
     "TPU_ENV_HINTS",
     "child_env",
     "default_sigint",
-    "harmless",
+    "is_harmless_log",
     "log_tail",
     "start",
     "stop",
@@ -78,7 +78,7 @@ def unsilenceable_logs_here(version: str | None = None) -> bool:
     return version.startswith(("2.19.", "2.20."))
 
 
-def harmless(line: str, *, early_absl: bool | None = None) -> bool:
+def is_harmless_log(line: str, *, early_absl: bool | None = None) -> bool:
     """Whether a stderr ``line`` is one of TensorFlow's start-up notices, not a problem.
 
     ``early_absl`` (by default: with TensorFlow 2.19 or 2.20) also counts any absl INFO or

@@ -29,7 +29,7 @@ def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
     """Lower TensorFlow's C++ and Python logging to warnings; return the startup lines dropped.
 
     With ``import_now`` TensorFlow is imported here, with the C-level stderr captured, and the
-    start-up notices no log level reaches (:func:`helpers.processes.harmless`: the GPU probe, the
+    start-up notices no log level reaches (:func:`helpers.processes.is_harmless_log`: the GPU probe, the
     oneDNN notice) are dropped; any other line it wrote is passed on. The
     default imports now unless TPU hardware is in sight (there the TPU runtime's own start-up
     lines are worth seeing). Does nothing more if TensorFlow is already imported or missing.
@@ -59,7 +59,7 @@ def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
     finally:
         _quiet_absl()
     for line in captured.text.splitlines():
-        if processes.harmless(line):
+        if processes.is_harmless_log(line):
             dropped.append(line)
         elif line.strip():
             print(line, file=sys.stderr)

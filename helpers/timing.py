@@ -33,7 +33,7 @@ __all__ = [
     "compare_timings",
     "Comparison",
     "epoch_timer",
-    "fetch",
+    "to_host",
     "Throughput",
     "time_call",
     "Timing",
@@ -43,16 +43,16 @@ __all__ = [
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
 
 
-def fetch(result):
+def to_host(result):
     """Bring ``result`` to the host and return it as numpy / Python values.
 
     Walks lists, tuples and dicts; anything with a ``.numpy()`` method (TensorFlow tensors,
     per-replica values' components) is converted, which waits for the device to finish.
     """
     if isinstance(result, dict):
-        return {key: fetch(value) for key, value in result.items()}
+        return {key: to_host(value) for key, value in result.items()}
     if isinstance(result, (list, tuple)):
-        return type(result)(fetch(value) for value in result)
+        return type(result)(to_host(value) for value in result)
     if hasattr(result, "numpy"):
         return result.numpy()
     return result
@@ -104,12 +104,12 @@ def time_call(
 ) -> Timing:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones, each synchronised.
 
-    Each call's result goes through :func:`fetch` before the clock stops. ``on_repeat(i,
+    Each call's result goes through :func:`to_host` before the clock stops. ``on_repeat(i,
     seconds)`` is called after each timed repetition (progress output).
     """
     _check_counts(repeats, warmup)
     for _ in range(warmup):
-        fetch(fn())
+        to_host(fn())
     seconds = []
     for i in range(repeats):
         seconds.append(_timed(fn))
@@ -161,8 +161,8 @@ def compare(
     """
     _check_counts(repeats, warmup)
     for _ in range(warmup):
-        fetch(baseline())
-        fetch(candidate())
+        to_host(baseline())
+        to_host(candidate())
     base, cand = [], []
     for i in range(repeats):
         if i % 2:  # every other pair runs the candidate first, so drift does not favour one
@@ -313,7 +313,7 @@ def compare_throughput(
 
 def _timed(fn) -> float:
     start = time.perf_counter()
-    fetch(fn())
+    to_host(fn())
     return time.perf_counter() - start
 
 

@@ -88,7 +88,7 @@ def test_the_rule_matches_what_keras_really_does(run_python):
         import numpy as np, keras, tensorflow as tf
         import helpers
         from helpers import fitting, models
-        from helpers.checks import expect_error
+        from helpers.expected_errors import expect_error
         simulated = helpers.connect(4)
         devices = simulated.extended.worker_devices
         reduce_to_one = tf.distribute.MirroredStrategy(

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from helpers import multiworker as M
+from helpers import plots
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -290,7 +291,7 @@ def test_plot_run_marks_examples_read_twice():
 
     twice = M.WorkerOutcome(0, 2, [], 0, 2, [0, 1], [1.0], [])
     again = M.WorkerOutcome(1, 2, [], 1, 2, [1, 2], [1.0], [])
-    fig = M.plot_run(M.LoopbackRun([twice, again], [], [], 0.0, False), examples=4)
+    fig = plots.plot_worker_run(M.LoopbackRun([twice, again], [], [], 0.0, False), examples=4)
     assert fig.axes[0].images[0].get_array()[2].tolist() == [0, 1, 0, 0]
     plt.close(fig)
 
@@ -311,7 +312,7 @@ def test_plot_run_shows_each_worker():
         0.0,
         False,
     )
-    fig = M.plot_run(run, examples=8)
+    fig = plots.plot_worker_run(run, examples=8)
     left, right = fig.axes
     marks = left.images[0].get_array()
     assert marks[0].tolist() == [1, 0, 1, 0, 1, 0, 1, 0]
@@ -321,7 +322,7 @@ def test_plot_run_shows_each_worker():
     plt.close(fig)
     # More examples than columns: neighbours share a column (here 2 a column, 1000 examples).
     run.workers[1].example_ids = [3, 999]
-    grouped = M.plot_run(run, examples=1000, columns=500).axes[0].images[0].get_array()
+    grouped = plots.plot_worker_run(run, examples=1000, columns=500).axes[0].images[0].get_array()
     assert grouped.shape == (3, 500) and grouped[1].nonzero()[0].tolist() == [1, 499]
     assert grouped[0].nonzero()[0].tolist() == [0, 1, 2, 3] and grouped[2].tolist() == [0] * 500
     plt.close("all")

@@ -105,12 +105,14 @@ def _events(runs):
 
 
 def test_summarize_counts_repeated_steps_and_epochs():
-    good = preemption.summarize(_events([(1, 0, 6, [0], False), (2, 4, 12, [1, 2], True)]), 4)
+    good = preemption.summarize_runs(_events([(1, 0, 6, [0], False), (2, 4, 12, [1, 2], True)]), 4)
     assert good["final_step"] == 12 and good["finished"]
     assert good["steps_run"] == 14 and good["repeated_steps"] == 2
     assert good["repeated_epochs"] == []
     # A restart from scratch would train the finished epoch 0 again: that must show.
-    bad = preemption.summarize(_events([(1, 0, 6, [0], False), (2, 0, 12, [0, 1, 2], True)]), 4)
+    bad = preemption.summarize_runs(
+        _events([(1, 0, 6, [0], False), (2, 0, 12, [0, 1, 2], True)]), 4
+    )
     assert bad["repeated_epochs"] == [0] and bad["repeated_steps"] == 6
 
 
@@ -118,7 +120,7 @@ def test_summarize_counts_repeated_steps_and_epochs():
 
 
 def _summary(config):
-    return preemption.summarize(preemption.read_progress(config.log_path), STEPS_PER_EPOCH)
+    return preemption.summarize_runs(preemption.read_progress(config.log_path), STEPS_PER_EPOCH)
 
 
 # Notebook 08_checkpoints_and_preemption's aside kills and resumes the fit run on every stack; this kill test runs once per

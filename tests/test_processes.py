@@ -75,7 +75,7 @@ def test_a_started_child_writes_its_log_and_stop_kills_and_reaps_it(tmp_path):
     ],
 )
 def test_which_lines_are_harmless(line, early_absl, harmless):
-    assert processes.harmless(line, early_absl=early_absl) is harmless
+    assert processes.is_harmless_log(line, early_absl=early_absl) is harmless
 
 
 def test_early_absl_lines_are_tolerated_only_on_the_releases_that_write_them():

@@ -27,7 +27,7 @@ from conftest import NO_TPU
 
 import helpers
 from helpers import processes, routes, runtime, selftest, tpu_facts, versions
-from helpers.selftest import base, checks, cli, environment, report, speed
+from helpers.selftest import base, cli, correctness, environment, report, speed
 from helpers.strategy import SIMULATED_TPU, StrategyInfo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from helpers import loops, pipelines, selftest
-from helpers.selftest import checks, cli, speed
+from helpers.selftest import cli, correctness, speed
 
 
 def per_replica_mean_steps(strategy, model, optimizer, global_batch):
@@ -68,7 +68,7 @@ def fit_with_a_summed_loss(context):  # the loss Keras reports is no longer the 
     import keras
 
     summed = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
-    return checks.fit(context, loss=summed)
+    return correctness.fit(context, loss=summed)
 
 
 def batches_of_any_size(files, batch, stage, **kwargs):  # no drop_remainder (06)
@@ -80,16 +80,16 @@ def restores_nothing(manager, step, saved_order, require=False):  # no error, no
 
 
 PLANTED = {
-    "variables": functools.partial(checks.variables, scope=contextlib.nullcontext),  # (02)
+    "variables": functools.partial(correctness.variables, scope=contextlib.nullcontext),  # (02)
     "fit": fit_with_a_summed_loss,
     "replica_equivalence": functools.partial(
-        checks.replica_equivalence,
+        correctness.replica_equivalence,
         make_steps=per_replica_mean_steps,
     ),
-    "bfloat16": functools.partial(checks.bfloat16_matmul, dtype=tf.float32),  # (05)
-    "uint8_input": functools.partial(checks.uint8_input, dtype=np.float32),  # host-cast (00, 06)
+    "bfloat16": functools.partial(correctness.bfloat16_matmul, dtype=tf.float32),  # (05)
+    "uint8_input": functools.partial(correctness.uint8_input, dtype=np.float32),  # host-cast (00, 06)
     "input_pipeline": functools.partial(speed.input_pipeline, build=batches_of_any_size),
-    "checkpoint": functools.partial(checks.checkpoint, restore=restores_nothing),
+    "checkpoint": functools.partial(correctness.checkpoint, restore=restores_nothing),
 }
 plan = [dataclasses.replace(c, fn=PLANTED.get(c.key, c.fn)) for c in selftest.DEFAULT_CHECKS]
 sys.exit(cli.main(sys.argv[1:], plan=plan))
@@ -285,7 +285,7 @@ def test_the_checks_without_a_planted_failure_still_ran_and_passed(planted):
 # of it, each a way the check can fail, with words its summary must then hold.
 JUDGES = {
     "connect": (
-        checks.judge_connect,
+        correctness.judge_connect,
         {"strategy": SIMULATED_TPU, "replicas": 8, "replicas_asked": 8, "tpu_hints": []},
         "simulated TPU with 8 replica(s)",
         [
@@ -294,7 +294,7 @@ JUDGES = {
         ],
     ),
     "variables": (
-        checks.judge_variables,
+        correctness.judge_variables,
         {
             "copies": 8,
             "distinct_devices": 8,
@@ -311,7 +311,7 @@ JUDGES = {
         ],
     ),
     "fit": (
-        checks.judge_fit,
+        correctness.judge_fit,
         {
             "running_mean_losses": [2.3, 2.0, 1.7],
             "steps": 6,
@@ -330,7 +330,7 @@ JUDGES = {
         ],
     ),
     "replica_equivalence": (
-        checks.judge_replica_equivalence,
+        correctness.judge_replica_equivalence,
         {
             "replicas": 8,
             "reference_replicas": 1,
@@ -346,7 +346,7 @@ JUDGES = {
         ],
     ),
     "bfloat16": (
-        checks.judge_bfloat16,
+        correctness.judge_bfloat16,
         {
             "output_dtype": "bfloat16",
             "bfloat16_relative_error": 2e-3,
@@ -361,7 +361,7 @@ JUDGES = {
         ],
     ),
     "uint8_input": (
-        checks.judge_uint8_input,
+        correctness.judge_uint8_input,
         {
             "fed_dtype": "uint8",
             "model_input_dtype": "uint8",
@@ -394,7 +394,7 @@ JUDGES = {
         ],
     ),
     "checkpoint": (
-        checks.judge_checkpoint,
+        correctness.judge_checkpoint,
         {
             "weights_before_restore_max_difference": 0.64,
             "weights_after_restore_max_difference": 0.0,
@@ -482,14 +482,14 @@ def test_the_connect_check_fails_with_what_it_found(monkeypatch):
     monkeypatch.setattr(helpers, "describe", lambda s: StrategyInfo(SIMULATED_TPU, 4, devices))
     monkeypatch.setattr(runtime, "tpu_hints", lambda env=None: ["ISTPUVM=1"])
     context = base.Context(simulated_replicas=8)
-    outcome = checks.connect(context)
+    outcome = correctness.connect(context)
     assert outcome.status == "fail" and context.strategy is fake
     assert "TPU hardware present (ISTPUVM=1) but the strategy is simulated TPU" in outcome.summary
     assert "asked for 8 simulated replicas, got 4" in outcome.summary
     assert "with 4 replica(s)" not in outcome.summary
     monkeypatch.setattr(runtime, "tpu_hints", lambda env=None: [])
     context = base.Context(simulated_replicas=4)
-    assert checks.connect(context).summary == "simulated TPU with 4 replica(s)"
+    assert correctness.connect(context).summary == "simulated TPU with 4 replica(s)"
 
 
 # --- The machinery, without TensorFlow ---------------------------------------------------------
@@ -572,7 +572,7 @@ def test_report_json_is_plain_and_markdown_escapes_table_cells(tmp_path):
         seconds=0.5,
         budget_seconds=1,
     )
-    rep = report.Report({"platform": "local"}, [result], "smoke", 1.0, "now", notes=["n"])
+    rep = report.SelfTestReport({"platform": "local"}, [result], "smoke", 1.0, "now", notes=["n"])
     data = json.loads(rep.to_json())
     assert data["checks"][0]["evidence"] == {"rate": 1.5, "nan": "nan", "shape": [2, 3]}
     assert "x \\| y" in rep.markdown() and rep._repr_markdown_() == rep.markdown()
@@ -587,28 +587,30 @@ def test_a_report_of_info_alone_has_not_passed():
     def result(status):
         return base.CheckResult("k", "t", "00", status, "s", {}, 0.1, 1)
 
-    info_only = report.Report({}, [result("info")], "smoke", 1.0, "now")
+    info_only = report.SelfTestReport({}, [result("info")], "smoke", 1.0, "now")
     assert not info_only.passed and "NO VERDICT there: 0 passed, 0 failed" in info_only.headline()
-    both = report.Report({}, [result("info"), result("pass")], "smoke", 1.0, "now")
+    both = report.SelfTestReport({}, [result("info"), result("pass")], "smoke", 1.0, "now")
     assert both.passed and "PASSED there:" in both.headline()
-    failed = report.Report({}, [result("pass"), result("fail")], "smoke", 1.0, "now")
+    failed = report.SelfTestReport({}, [result("pass"), result("fail")], "smoke", 1.0, "now")
     assert not failed.passed and "FAILED there:" in failed.headline()
 
 
 def test_the_headline_says_first_what_was_tested_a_tpu_or_none():
     passed = [base.CheckResult("k", "t", "00", "pass", "s", {}, 0.1, 1)]
     simulated = {"strategy": "simulated TPU", "replicas": 8, "accelerator_type": "none: ..."}
-    on_cpu = report.Report(simulated, passed, "smoke", 1.0, "now")
+    on_cpu = report.SelfTestReport(simulated, passed, "smoke", 1.0, "now")
     head = on_cpu.headline()
     # Before any verdict or count: no TPU was tested, the simulated TPU was.
     assert head.startswith("**No TPU was tested: the checks ran on the simulated TPU (8 "), head
     assert head.index("No TPU was tested") < head.index("PASSED") < head.index("1 passed")
     assert not on_cpu.tpu_tested and on_cpu.to_dict()["tpu_tested"] is False
     tpu = {"strategy": "TPU", "replicas": 8, "accelerator_type": "v5litepod-8"}
-    on_tpu = report.Report(tpu, passed, "full", 1.0, "now")
+    on_tpu = report.SelfTestReport(tpu, passed, "full", 1.0, "now")
     assert on_tpu.headline().startswith("**Tested a TPU: v5litepod-8, 8 replica(s).** PASSED: 1")
     assert on_tpu.to_dict()["tpu_tested"] is True
-    stopped = report.Report({"strategy": "none (not connected)"}, passed, "full", 1.0, "now")
+    stopped = report.SelfTestReport(
+        {"strategy": "none (not connected)"}, passed, "full", 1.0, "now"
+    )
     assert stopped.headline().startswith("**No TPU was tested: the self-test stopped before")
 
 

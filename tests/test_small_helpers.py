@@ -1,4 +1,4 @@
-"""helpers.results, helpers.checks, helpers.plots and helpers.models."""
+"""helpers.results, helpers.expected_errors, helpers.plots and helpers.models."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers import checks, models, plots, results
+from helpers import expected_errors, models, plots, results
 
 
 def test_record_prints_and_merges_into_the_results_file(monkeypatch, tmp_path, capsys):
@@ -70,7 +70,7 @@ def test_record_rejects_nan():
 
 
 def test_expect_error_passes_on_the_expected_error(capsys):
-    with checks.expect_error(ValueError, match="bad") as caught:
+    with expected_errors.expect_error(ValueError, match="bad") as caught:
         raise ValueError("bad batch\ndetails")
     assert isinstance(caught[0], ValueError)
     assert "Raised, as expected: ValueError: bad batch" in capsys.readouterr().out
@@ -79,14 +79,14 @@ def test_expect_error_passes_on_the_expected_error(capsys):
 def test_expect_error_shows_the_line_that_matches_under_a_long_stack(capsys):
     stack = "\n".join(f'  File "x.py", line {i}, in f' for i in range(300))
     reason = "\x1b[1m(0) INVALID_ARGUMENT: You must feed a value for placeholder tensor 'p'\x1b[0m"
-    with checks.expect_error(RuntimeError, match="placeholder"):
+    with expected_errors.expect_error(RuntimeError, match="placeholder"):
         raise RuntimeError(f"Graph execution error:\n{stack}\n{reason}\nmore")
     assert capsys.readouterr().out.splitlines() == [
         "Raised, as expected: RuntimeError: Graph execution error:",
         "    (0) INVALID_ARGUMENT: You must feed a value for placeholder tensor 'p'",
         "    (301 more lines)",
     ]
-    with checks.expect_error(ValueError, match="scope"):
+    with expected_errors.expect_error(ValueError, match="scope"):
         raise ValueError("made outside the scope: <tf.Variable numpy=\narray([[0.1,\n 0.2]])>")
     assert capsys.readouterr().out.splitlines() == [
         "Raised, as expected: ValueError: made outside the scope: <tf.Variable numpy=",
@@ -95,17 +95,17 @@ def test_expect_error_shows_the_line_that_matches_under_a_long_stack(capsys):
 
 
 def test_expect_error_fails_when_nothing_is_raised():
-    with pytest.raises(checks.ExpectedErrorMissing, match="expected ValueError"):
-        with checks.expect_error(ValueError):
+    with pytest.raises(expected_errors.ExpectedErrorMissing, match="expected ValueError"):
+        with expected_errors.expect_error(ValueError):
             pass
 
 
 def test_expect_error_fails_on_a_different_message_or_type():
     with pytest.raises(AssertionError, match="matching"):
-        with checks.expect_error(ValueError, match="batch"):
+        with expected_errors.expect_error(ValueError, match="batch"):
             raise ValueError("something else")
     with pytest.raises(KeyError):
-        with checks.expect_error(ValueError):
+        with expected_errors.expect_error(ValueError):
             raise KeyError("not the one")
 
 
@@ -173,7 +173,7 @@ def test_classifier_on_uint8_pixels_scales_them_in_the_model():
 
 
 def test_expect_error_shortens_long_messages(capsys):
-    with checks.expect_error(RuntimeError):
+    with expected_errors.expect_error(RuntimeError):
         raise RuntimeError("\n".join(f"line {i}" for i in range(20)))
     out = capsys.readouterr().out
     assert "line 6" in out and "line 7" not in out and "(13 more lines)" in out
@@ -185,7 +185,7 @@ def test_bar_labels_use_the_tables_number_format_and_no_line_crosses_them():
     matplotlib.use("Agg")
     from helpers import plots
 
-    assert [plots.number(v) for v in (10672.4, 218.4, 12.51, 0.3041)] == [
+    assert [plots.format_measurement(v) for v in (10672.4, 218.4, 12.51, 0.3041)] == [
         "10,672",
         "218",
         "12.5",

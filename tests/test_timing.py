@@ -39,7 +39,7 @@ def work(clock, log, name, call_cost, fetch_cost):
 def test_fetch_converts_nested_results():
     clock = FakeClock()
     a, b = Pending(clock, 0, 2.0), Pending(clock, 0, 3.0)
-    out = timing.fetch({"loss": a, "parts": [b, "text"], "pair": (1, None)})
+    out = timing.to_host({"loss": a, "parts": [b, "text"], "pair": (1, None)})
     assert out == {"loss": 2.0, "parts": [3.0, "text"], "pair": (1, None)}
     assert isinstance(out["parts"], list) and isinstance(out["pair"], tuple)
     assert a.fetched == b.fetched == 1
@@ -47,7 +47,7 @@ def test_fetch_converts_nested_results():
 
 def test_fetch_real_tensor_returns_numpy():
     tf = pytest.importorskip("tensorflow")
-    out = timing.fetch((tf.constant([1.0, 2.0]), {"x": tf.constant(3)}))
+    out = timing.to_host((tf.constant([1.0, 2.0]), {"x": tf.constant(3)}))
     assert isinstance(out[0], np.ndarray) and out[0].tolist() == [1.0, 2.0]
     assert out[1]["x"] == 3
 

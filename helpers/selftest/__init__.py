@@ -13,7 +13,7 @@ or, in a notebook::
 
 Each check is a short, real run of one lesson with its evidence, isolated from the others (an
 exception fails that check only) and given a time budget. The modules: ``base`` (checks and how
-they run), ``environment`` (the report's first section), ``checks`` (correctness, notebooks 01_tpu_detection_and_connection
+they run), ``environment`` (the report's first section), ``correctness`` (the correctness checks, notebooks 01_tpu_detection_and_connection
 to 08_checkpoints_and_preemption), ``speed`` (throughput and rates, 03, 05, 06), ``report`` (Markdown and JSON) and ``cli``
 (the command, which can install TensorFlow's TPU build and start itself again).
 """
@@ -24,9 +24,9 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
-from helpers.selftest import checks, environment, speed
+from helpers.selftest import correctness, environment, speed
 from helpers.selftest.base import Check, CheckResult, Context, Outcome, run_check
-from helpers.selftest.report import Report, standard_notes
+from helpers.selftest.report import SelfTestReport, standard_notes
 from helpers.strategy import SIMULATED_REPLICAS
 
 # (smoke, full) budgets in seconds: full mode is sized to about 3 minutes on one v5e core. The
@@ -37,29 +37,29 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "Connect to the accelerator",
         "01_tpu_detection_and_connection",
         (30, 120),
-        checks.connect,
+        correctness.connect,
     ),
     Check(
         "variables",
         "Variables on every replica",
         "02_building_in_strategy_scope",
         (5, 10),
-        checks.variables,
+        correctness.variables,
     ),
-    Check("fit", "A few fit steps", "03_keras_compile_and_fit", (30, 60), checks.fit),
+    Check("fit", "A few fit steps", "03_keras_compile_and_fit", (30, 60), correctness.fit),
     Check(
         "replica_equivalence",
         "Custom loop: N replicas match one",
         "04_custom_training_loops",
         (15, 30),
-        checks.replica_equivalence,
+        correctness.replica_equivalence,
     ),
     Check(
         "bfloat16",
         "bfloat16 matmul",
         "05_bfloat16_mixed_precision",
         (5, 10),
-        checks.bfloat16_matmul,
+        correctness.bfloat16_matmul,
     ),
     Check(
         "input_pipeline",
@@ -73,14 +73,14 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "uint8 pixels into a training step",
         "00_tpu_self_test, 06_input_pipelines",
         (30, 60),
-        checks.uint8_input,
+        correctness.uint8_input,
     ),
     Check(
         "checkpoint",
         "Checkpoint restored onto one device",
         "08_checkpoints_and_preemption",
         (15, 30),
-        checks.checkpoint,
+        correctness.checkpoint,
     ),
     Check(
         "matmul_rate",
@@ -106,7 +106,7 @@ def run(
     plan: Sequence[Check] | None = None,
     progress: Callable[[str], None] | None = print,
     command: str = "",
-) -> Report:
+) -> SelfTestReport:
     """Run every check of ``plan`` (default :data:`DEFAULT_CHECKS`) in order; return the report.
 
     The first check connects (``helpers.connect(simulated_replicas)``); the environment section
@@ -127,7 +127,7 @@ def run(
             say(f"      {result.status} in {result.seconds:.1f} s: {result.summary}")
     finally:
         shutil.rmtree(context.workdir, ignore_errors=True)
-    return Report(
+    return SelfTestReport(
         environment=environment.collect(
             context.strategy, context.kind, [r.error or r.summary for r in results]
         ),
@@ -147,6 +147,6 @@ __all__ = [
     "CheckResult",
     "Context",
     "Outcome",
-    "Report",
+    "SelfTestReport",
     "run",
 ]

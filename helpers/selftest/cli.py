@@ -25,7 +25,7 @@ import warnings
 from helpers import processes, routes, runtime, selftest
 from helpers.selftest import environment
 from helpers.selftest.base import CheckResult
-from helpers.selftest.report import Report, standard_notes
+from helpers.selftest.report import SelfTestReport, standard_notes
 from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = ["RESTARTED_ENV", "main", "parse", "prepare", "restart", "setup_failure"]
@@ -110,7 +110,7 @@ def setup_failure(problem: str, smoke: bool, command: str):
         budget_seconds=first.budget[0 if smoke else 1],
         error=problem,
     )
-    return Report(
+    return SelfTestReport(
         environment=environment.collect(),
         checks=[result],
         mode="smoke" if smoke else "full",

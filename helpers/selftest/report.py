@@ -21,7 +21,7 @@ __all__ = [
     "ISSUE_TEMPLATE",
     "SCHEMA",
     "SECTIONS",
-    "Report",
+    "SelfTestReport",
     "plain",
     "standard_notes",
 ]
@@ -74,7 +74,7 @@ def _cell(value) -> str:
 
 
 @dataclass
-class Report:
+class SelfTestReport:
     """What :func:`helpers.selftest.run` found; ``markdown()``, ``to_json()``, ``write(folder)``."""
 
     environment: dict

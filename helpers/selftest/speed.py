@@ -3,9 +3,9 @@ matmul rate against the chip's published peak (05), and the classic Keras recipe
 collection's recipe (03 and 06) on the same model.
 
 On a CPU, speed says nothing about a TPU, so the rate and recipe checks report ``info`` there:
-measured, no verdict. As in :mod:`helpers.selftest.checks`, each check's ``judge_*`` function
+measured, no verdict. As in :mod:`helpers.selftest.correctness`, each check's ``judge_*`` function
 decides the status and writes the summary from the evidence alone. TensorFlow and Keras are
-imported inside the checks, as in :mod:`helpers.selftest.checks`.
+imported inside the checks, as in :mod:`helpers.selftest.correctness`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The stderr policy: only cells tagged ``expected-stderr`` (a lesson that teaches a warning or an
 error) may write to stderr; TensorFlow's start-up notices that no setting silences are counted
-apart as harmless (:func:`helpers.processes.harmless`). ``summary.json`` and ``summary.md`` are
+apart as harmless (:func:`helpers.processes.is_harmless_log`). ``summary.json`` and ``summary.md`` are
 rewritten after each notebook, so an interrupted run still leaves a summary of what finished.
 """
 
@@ -61,7 +61,7 @@ def unexpected_stderr(
     found = []
     for index, text in _stderr_outputs(notebook, every_cell=False):
         lines = [line[:200] for line in text.splitlines() if line.strip()] or [""]
-        lines = [line for line in lines if not processes.harmless(line, early_absl=tolerate)]
+        lines = [line for line in lines if not processes.is_harmless_log(line, early_absl=tolerate)]
         found += [(index, line) for line in (lines if every_line else lines[:1])]
     return found
 
@@ -69,7 +69,7 @@ def unexpected_stderr(
 def harmless_lines(notebook: dict) -> int:
     """How many harmless TensorFlow lines the cells show (counted apart in the summary)."""
     return sum(
-        processes.harmless(line, early_absl=True)
+        processes.is_harmless_log(line, early_absl=True)
         for _, text in _stderr_outputs(notebook, every_cell=True)
         for line in text.splitlines()
     )
