@@ -2,8 +2,10 @@
 
 global batch = per-replica batch x replicas. Every replica must get the same static batch, and a
 TPU core computes in tiles of 8 rows (128 fill a 128 x 128 matrix unit; a v6e's are 256 x 256:
-``tpu_facts.GENERATIONS``), so :class:`BatchPlan` says what a per-replica batch costs on a TPU. ``helpers.fitting``, ``helpers.data``, the custom loops, the
-worker programs, Keras on JAX and the readiness check all use it.
+``tpu_facts.GENERATIONS``), so :class:`BatchPlan` says what a per-replica batch costs on a TPU.
+:func:`plan_batch` goes from the per-replica batch to the global one, :func:`per_replica_batch`
+back. ``helpers.fitting``, ``helpers.data``, the custom loops, the worker programs, Keras on JAX
+and the readiness check all use them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from helpers._arguments import positive_int
 from helpers.tpu_facts import BATCH_FOR_MXU, GENERATIONS, TILE_ROWS, round_up
 
-__all__ = ["BatchPlan", "per_replica_batch", "plan_batch", "split_batch"]
+__all__ = ["BatchPlan", "per_replica_batch", "plan_batch"]
 
 
 def _larger_mxus() -> str:
@@ -58,22 +60,6 @@ class BatchPlan:
             f"rows and throws {self.wasted_fraction:.0%} of its work away"
         )
 
-    @property
-    def tiled(self) -> BatchPlan:
-        """The same plan with the per-replica batch rounded up to whole tiles of 8 rows."""
-        return BatchPlan(self.padded_per_replica, self.replicas)
-
-    @staticmethod
-    def replica_shares(global_batch: int, replicas: int) -> list[int]:
-        """How ``tf.distribute`` splits a global batch over the replicas, replica by replica.
-
-        Every replica but the last ones gets ``ceil(global_batch / replicas)`` examples, the rest
-        go to the next one and the others get none (checked against a real split in the tests):
-        100 over 8 replicas is 13 x 7 and 9, 1 over 8 is 1 and 0 x 7.
-        """
-        share = -(-global_batch // replicas)
-        return [min(share, max(0, global_batch - i * share)) for i in range(replicas)]
-
     def __str__(self) -> str:
         return (
             f"{self.per_replica} per replica x {self.replicas} "
@@ -91,20 +77,21 @@ def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
     advice says which case applies.
     Taught in notebook 03.
     """
-    for label, value in (("per_replica_batch", per_replica_batch), ("replicas", replicas)):
-        positive_int(label, value)
+    positive_int("per_replica_batch", per_replica_batch)
+    positive_int("replicas", replicas)
     return BatchPlan(int(per_replica_batch), int(replicas))
 
 
-def split_batch(global_batch_size: int, replicas: int, *, over: str = "replica") -> BatchPlan:
-    """The plan of a global batch split evenly over ``replicas``; a clear error when it cannot.
+def per_replica_batch(global_batch_size: int, replicas: int, *, over: str = "replica") -> int:
+    """Each replica's share of a global batch; a clear error when it does not split evenly.
 
     On a TPU every replica must get the same static batch, so a global batch that the replica
     count does not divide is refused, with the nearest sizes that work. ``over`` names what it is
     split over in the message ("worker", "device").
+    Taught in notebook 01.
     """
-    for label, value in (("global_batch_size", global_batch_size), (f"{over}s", replicas)):
-        positive_int(label, value)
+    positive_int("global_batch_size", global_batch_size)
+    positive_int(f"{over}s", replicas)
     if global_batch_size % replicas:
         lower = global_batch_size // replicas * replicas
         upper = lower + replicas
@@ -113,12 +100,4 @@ def split_batch(global_batch_size: int, replicas: int, *, over: str = "replica")
             f"global batch {global_batch_size} does not split over {replicas} {over}s; "
             f"use a multiple of {replicas}, e.g. {suggestion} (per-{over} batch x {over}s)."
         )
-    return BatchPlan(int(global_batch_size // replicas), int(replicas))
-
-
-def per_replica_batch(global_batch_size: int, replicas: int) -> int:
-    """Each replica's share of a global batch (:func:`split_batch`).
-
-    Taught in notebook 01.
-    """
-    return split_batch(global_batch_size, replicas).per_replica
+    return int(global_batch_size // replicas)

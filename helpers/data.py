@@ -182,7 +182,7 @@ def make_dataset(
     """
     import tensorflow as tf
 
-    batches.split_batch(global_batch_size, replicas)
+    batches.per_replica_batch(global_batch_size, replicas)
     if len(x) < global_batch_size:
         raise ValueError(
             f"only {len(x)} examples for a global batch of {global_batch_size}: "

@@ -218,21 +218,18 @@ def check_replica_equivalence(
     global_batch_size: int,
     *,
     steps: int = 3,
-    make_optimizer: Callable | None = None,
     make_steps: Callable = make_train_steps,
     make_step: Callable | None = None,
-    reference=None,
     rtol: float = 1e-3,
 ) -> Equivalence:
     """Train the same model on ``strategy`` and on one replica; compare the final weights.
 
     Both runs start from the same weights (the first model's initial weights are copied into
     the second) and see the same ``steps`` global batches: the first ``steps *
-    global_batch_size`` rows of ``x``, ``y``, in order. ``make_model()`` and
-    ``make_optimizer()`` (default: SGD, learning rate 0.1) are called inside each strategy's
-    scope; ``make_steps(strategy, model, optimizer, global_batch_size)`` builds the training
-    function under test (default :func:`make_train_steps`). ``reference`` defaults to
-    :func:`reference_strategy`.
+    global_batch_size`` rows of ``x``, ``y``, in order. ``make_model()`` and the optimizer
+    (SGD, learning rate 0.1) are built inside each strategy's scope; ``make_steps(strategy,
+    model, optimizer, global_batch_size)`` builds the training function under test (default
+    :func:`make_train_steps`). The reference is one replica, :func:`reference_strategy`.
 
     ``make_step(model, optimizer)``, instead of ``make_steps``, returns a per-replica step as
     the official examples write it: ``step(inputs)``, which unpacks ``images, labels = inputs``
@@ -244,16 +241,14 @@ def check_replica_equivalence(
     rounding. Returns an :class:`Equivalence`; call ``.check()`` on it to raise on a mismatch.
     Taught in notebooks 04, 10.
     """
-    reference = reference or reference_strategy()
-    make_optimizer = make_optimizer or _default_optimizer
     positive_int("steps", steps)
     if not rtol > 0:
         raise ValueError(f"rtol must be positive, got {rtol!r}")
     replicas = strategy.num_replicas_in_sync
-    if replicas == reference.num_replicas_in_sync:
+    if replicas == 1:
         raise ValueError(
-            f"strategy and reference both have {replicas} replica(s): nothing to compare. "
-            "Pass the multi-replica strategy (e.g. helpers.connect(8))."
+            "the strategy has 1 replica, as the reference: nothing to compare. "
+            "Pass the multi-replica strategy (e.g. train_tpu.connect(8))."
         )
     per_replica_batch(global_batch_size, replicas)
     needed = steps * global_batch_size
@@ -280,7 +275,8 @@ def check_replica_equivalence(
 
             return _many_steps(strategy_, replica_step)
 
-    args = (make_model, make_optimizer, make_steps, x, y, global_batch_size, steps)
+    reference = reference_strategy()
+    args = (make_model, _default_optimizer, make_steps, x, y, global_batch_size, steps)
     start, multi, multi_loss, names = _train(strategy, *args, weights=None)
     _, single, single_loss, _ = _train(reference, *args, weights=start)
 

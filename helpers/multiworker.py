@@ -459,7 +459,7 @@ def train_on_loopback(
     afterwards; the results are returned in memory.
     Taught in notebook 09.
     """
-    batches.split_batch(global_batch_size, num_workers, over="worker")
+    batches.per_replica_batch(global_batch_size, num_workers, over="worker")
     started = time.monotonic()
     command = [
         "-m",

@@ -3,7 +3,7 @@
 The run is a program of its own, started in a new process so that it can really be killed
 (SIGKILL: no exception, no ``finally``, no chance to save)::
 
-    python -m helpers._programs.preemptible --mode fit --workdir /tmp/run --epochs 3
+    python -m helpers._programs.preemptible --workdir /tmp/run --epochs 3
 
 It trains the reference script's model on the script's pipeline with the script's
 ``compile_for_fit``, plus ``BackupAndRestore``. The custom loop's resume is the script's own
@@ -49,8 +49,6 @@ __all__ = [
 
 PROGRAM = "helpers._programs.preemptible"  # what the child process runs: python -m PROGRAM
 
-# the custom loop's kill and resume is the script's (notebook 08_checkpoints_and_preemption)
-MODES = ("fit",)
 LOG_NAME = "progress.jsonl"
 
 
@@ -61,7 +59,6 @@ class RunConfig:
     Taught in notebook 08.
     """
 
-    mode: str
     workdir: str
     epochs: int = 3
     steps_per_epoch: int = 8
@@ -71,16 +68,11 @@ class RunConfig:
     seed: int = 0
     hold_at: int | None = None  # wait to be killed after this training step
     hold_timeout: float = 600.0  # a held run nobody kills exits with an error after this
-    step_delay: float = 0.0  # seconds of sleep after each step: a slower run to kill
     require_checkpoint: bool = False
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         for name in ("epochs", "steps_per_epoch", "per_replica_batch", "replicas"):
             positive_int(name, getattr(self, name))
-        if self.step_delay < 0:
-            raise ValueError(f"step_delay must be 0 or more seconds, got {self.step_delay}")
         if self.hold_at is not None and not 1 <= self.hold_at <= self.total_steps:
             raise ValueError(f"hold_at must be a step in 1..{self.total_steps}, got {self.hold_at}")
 

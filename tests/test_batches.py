@@ -47,8 +47,8 @@ def test_per_replica_batch(batch, replicas, per):
 
 def test_a_split_over_workers_says_workers():
     with pytest.raises(ValueError, match="does not split over 3 workers; use a multiple of 3"):
-        batches.split_batch(64, 3, over="worker")
-    assert batches.split_batch(64, 2, over="worker").per_replica == 32
+        batches.per_replica_batch(64, 3, over="worker")
+    assert batches.per_replica_batch(64, 2, over="worker") == 32
 
 
 def test_indivisible_batch_names_the_nearest_valid_sizes():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from conftest import _run_python
 
@@ -98,10 +99,6 @@ def error(fn):
 
 out["dropout"] = error(lambda: loops.check_replica_equivalence(
     strategy, lambda: model(dropout=0.5), x, y, GB))
-out["frozen"] = error(lambda: loops.check_replica_equivalence(
-    strategy, model, x, y, GB, make_optimizer=lambda: keras.optimizers.SGD(0.0)))
-out["same_replicas"] = error(lambda: loops.check_replica_equivalence(
-    strategy, model, x, y, GB, reference=strategy))
 
 # Steps per call: one call of 3 steps == a call of 1 step and a call of 2, on the same data.
 def trained(calls):
@@ -177,8 +174,11 @@ def test_unscaled_regularisation_is_caught(seen):
 
 def test_check_refuses_what_cannot_prove_anything(seen):
     assert seen["dropout"].startswith("ValueError") and "dropout" in seen["dropout"]
-    assert seen["frozen"].startswith("ValueError") and "no weight changed" in seen["frozen"]
-    assert "nothing to compare" in seen["same_replicas"]
+    with pytest.raises(ValueError, match="nothing to compare"):
+        loops.check_replica_equivalence(ONE, None, [0] * 256, [0] * 256, 64)
+    unchanged = [np.zeros(2)]  # a run whose weights did not move proves nothing
+    with pytest.raises(ValueError, match="no weight changed"):
+        loops.compare_runs((8, 1), 3, ["w"], unchanged, (unchanged, unchanged), (0.0, 0.0), 1e-3)
 
 
 def test_steps_per_call_change_nothing_but_the_calls(seen):
@@ -202,7 +202,7 @@ EIGHT, ONE = SimpleNamespace(num_replicas_in_sync=8), SimpleNamespace(num_replic
     ],
 )
 def test_bad_arguments(kwargs, message):
-    args = {"global_batch_size": 64, "reference": ONE, **kwargs}
+    args = {"global_batch_size": 64, **kwargs}
     with pytest.raises(ValueError, match=message):
         loops.check_replica_equivalence(EIGHT, None, [0] * 256, [0] * 256, **args)
 

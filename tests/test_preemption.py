@@ -24,7 +24,6 @@ TOTAL = EPOCHS * STEPS_PER_EPOCH
 
 def _config(tmp_path, name: str, **changes) -> preemption.RunConfig:
     base = preemption.RunConfig(
-        mode="fit",
         workdir=str(tmp_path / name),
         epochs=EPOCHS,
         steps_per_epoch=STEPS_PER_EPOCH,
@@ -39,10 +38,8 @@ def _config(tmp_path, name: str, **changes) -> preemption.RunConfig:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"mode": "custom"}, "mode must be one of"),
         ({"epochs": 0}, "epochs must be a positive integer"),
         ({"replicas": True}, "replicas must be a positive integer"),
-        ({"step_delay": -1.0}, "step_delay"),
         ({"hold_at": TOTAL + 1}, "hold_at must be a step in 1..24"),
     ],
 )
@@ -52,7 +49,7 @@ def test_bad_configurations_are_refused(tmp_path, changes, message):
 
 
 def test_command_line_round_trips(tmp_path):
-    config = _config(tmp_path, "x", hold_at=12, step_delay=0.5, require_checkpoint=True)
+    config = _config(tmp_path, "x", hold_at=12, require_checkpoint=True)
     args = preemption.command(config)
     assert args[1:3] == ["-m", preemption.PROGRAM]
     assert preemptible.parse_args(args[3:]) == config
@@ -64,7 +61,7 @@ def test_command_line_round_trips(tmp_path):
 
 def test_command_line_errors_are_clear(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        preemptible.parse_args(["--mode", "fit", "--workdir", str(tmp_path), "--epochs", "0"])
+        preemptible.parse_args(["--workdir", str(tmp_path), "--epochs", "0"])
     assert "epochs must be a positive integer" in capsys.readouterr().err
 
 

@@ -19,6 +19,7 @@ keras = pytest.importorskip("keras")
 import readiness_public_cases  # noqa: E402  (tests/, on the path as conftest is)
 
 from helpers import batches, data, models, readiness  # noqa: E402
+from helpers.readiness import _inputs  # noqa: E402
 
 N = 512  # examples: enough for a few batches, quick to build
 
@@ -221,12 +222,10 @@ def test_per_replica_batch_not_a_multiple_of_8_costs_padding(digits):
     assert good.find("small-batch")[0].severity == "note"  # below 128: a note, not a problem
 
 
-def test_batch_plan_shares_and_tiles():
-    assert batches.BatchPlan.replica_shares(100, 8) == [13] * 7 + [9]
-    assert batches.BatchPlan.replica_shares(1, 8) == [1] + [0] * 7
-    assert batches.BatchPlan.replica_shares(64, 8) == [8] * 8
-    assert batches.plan_batch(25, 8).tiled == batches.plan_batch(32, 8)
-    assert batches.plan_batch(128, 1).tiled.per_replica == 128
+def test_replica_shares_split_a_batch_as_tf_distribute_does():
+    assert _inputs.replica_shares(100, 8) == [13] * 7 + [9]
+    assert _inputs.replica_shares(1, 8) == [1] + [0] * 7
+    assert _inputs.replica_shares(64, 8) == [8] * 8
 
 
 def test_prefetch_note_sees_through_with_options(digits):

@@ -1,6 +1,6 @@
 """The ``fit`` run that notebook 08_checkpoints_and_preemption's aside kills: run only in a child process.
 
-``python -m helpers._programs.preemptible --mode fit --workdir DIR ...`` trains the reference
+``python -m helpers._programs.preemptible --workdir DIR ...`` trains the reference
 script's model on its pipeline with Keras ``fit`` and ``BackupAndRestore``, resumes from the last
 backup when started again, and logs every event to ``DIR/progress.jsonl``, flushed at once, so a
 SIGKILL loses nothing written. The parent side, and what each option means, is
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from helpers import checkpoints, processes
 from helpers.checkpoints import CheckpointNotFoundError
-from helpers.preemption import MODES, RunConfig
+from helpers.preemption import RunConfig
 
 # TensorFlow and Keras are imported where they are first needed: a run asked to continue with
 # nothing to resume fails before they load (seconds instead of a TensorFlow start-up).
@@ -109,12 +109,11 @@ def train_fit(config: RunConfig, strategy, log: ProgressLog) -> dict:
             if not self.started:
                 self.started = True
                 start = int(self.model.optimizer.iterations.numpy())
-                log.write("start", mode="fit", first_epoch=epoch, start_step=start)
+                log.write("start", first_epoch=epoch, start_step=start)
 
         def on_train_batch_end(self, batch, logs=None):
             done = int(self.model.optimizer.iterations.numpy())
             epoch = (done - 1) // config.steps_per_epoch
-            time.sleep(config.step_delay)
             log.write("step", step=done, epoch=epoch, steps=1, loss=float(logs["loss"]))
             if config.hold_at == done:
                 log.hold(config.hold_timeout, step=done, where="after-step")
@@ -160,9 +159,8 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     parser = argparse.ArgumentParser(
         prog="python -m helpers._programs.preemptible", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--workdir", required=True, help="the backup and progress.jsonl go here")
-    defaults = RunConfig(mode="fit", workdir="")
+    defaults = RunConfig(workdir="")
     for name in ("epochs", "steps_per_epoch", "per_replica_batch", "replicas", "seed"):
         parser.add_argument(
             "--" + name.replace("_", "-"), type=int, default=getattr(defaults, name)
@@ -170,7 +168,6 @@ def parse_args(argv: list[str] | None = None) -> RunConfig:
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--hold-at", type=int, default=None, help="wait to be killed at this step")
     parser.add_argument("--hold-timeout", type=float, default=defaults.hold_timeout)
-    parser.add_argument("--step-delay", type=float, default=defaults.step_delay)
     parser.add_argument(
         "--require-checkpoint", action="store_true", help="fail if there is nothing to resume"
     )

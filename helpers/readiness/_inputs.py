@@ -9,12 +9,12 @@ described by :class:`helpers.batches.BatchPlan` (notebook 03_keras_compile_and_f
 
 from __future__ import annotations
 
-from helpers.batches import BatchPlan, per_replica_batch, plan_batch
+from helpers.batches import per_replica_batch, plan_batch
 from helpers.readiness._batching import Batching, read_batching
 from helpers.readiness.report import Finding, Report
 from helpers.tpu_facts import BATCH_FOR_MXU, FLOAT64_WHY, HOST_ONLY_DTYPES, TILE_ROWS
 
-__all__ = ["check_dataset", "components", "kind_of"]
+__all__ = ["check_dataset", "components", "kind_of", "replica_shares"]
 
 # TensorFlow is imported inside kind_of(): importing this module must not import TensorFlow
 # before the setup cell's quiet.quiet_tensorflow() (see _pipeline).
@@ -206,9 +206,20 @@ def _add_dynamic(report: Report, path: str, detail: str) -> None:
     )
 
 
+def replica_shares(global_batch: int, replicas: int) -> list[int]:
+    """How ``tf.distribute`` splits a global batch over the replicas, replica by replica.
+
+    Every replica but the last ones gets ``ceil(global_batch / replicas)`` examples, the rest
+    go to the next one and the others get none (checked against a real split in the tests):
+    100 over 8 replicas is 13 x 7 and 9, 1 over 8 is 1 and 0 x 7.
+    """
+    share = -(-global_batch // replicas)
+    return [min(share, max(0, global_batch - i * share)) for i in range(replicas)]
+
+
 def _shares(total: int, replicas: int) -> str:
     """``13 (7 replicas) and 9 (1 replica)``: how tf.distribute splits ``total`` examples."""
-    sizes = BatchPlan.replica_shares(total, replicas)
+    sizes = replica_shares(total, replicas)
     if len(set(sizes)) == 1:
         return f"{sizes[0]} per replica"
     return " and ".join(
@@ -331,7 +342,7 @@ def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool, s
                 "(a replica can get none), so the per-replica shape differs between replicas "
                 "and their work is unequal. How TPUStrategy compiles such a batch (its dynamic "
                 "padder) is unverified on hardware.",
-                f"{str(err)[0].upper()}{str(err)[1:]} helpers.batches.split_batch checks it.",
+                f"{str(err)[0].upper()}{str(err)[1:]} helpers.batches.per_replica_batch checks it.",
             )
         )
         return
@@ -346,7 +357,7 @@ def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool, s
                 where,
                 f"{plan} (Cloud TPU performance guide: a batch divisible by {TILE_ROWS} or "
                 f"{BATCH_FOR_MXU}).",
-                f"About the same step time, without padding: {plan.tiled}.",
+                f"About the same step time, without padding: {plan_batch(plan.padded_per_replica, replicas)}.",
             )
         )
     elif per < BATCH_FOR_MXU:
