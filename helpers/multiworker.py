@@ -330,7 +330,6 @@ def run_workers(
 
     procs: list[subprocess.Popen] = []
     starts: list[float] = []
-    ends: dict[int, float] = {}
     network = None
     try:
         network = _PrivateNetwork() if isolate else None
@@ -350,24 +349,20 @@ def run_workers(
                     new_session=True,
                 )
             )
-        deadline = time.monotonic() + timeout
-        while len(ends) < num_workers:
-            for index, proc in enumerate(procs):
-                if index in ends or proc.poll() is None:
-                    continue
-                ends[index] = time.monotonic()
-                if proc.returncode != 0:
-                    processes.stop(procs)
-                    _raise_failure(index, proc, workdir, ports)
-            if len(ends) < num_workers and time.monotonic() > deadline:
+        try:
+            ends = processes.wait(procs, timeout, poll=0.1)
+        except TimeoutError:
+            running = [i for i, proc in enumerate(procs) if proc.poll() is None]
+            processes.stop(procs)
+            tail = processes.log_tail(workdir / f"worker{running[0]}.log") or "(empty)"
+            raise WorkersTimedOut(
+                f"worker(s) {running} still running after {timeout:.0f} s; all stopped. "
+                f"End of worker {running[0]}'s log: {tail}"
+            ) from None
+        for index in sorted(ends, key=ends.get):  # the first to fail is the cause
+            if procs[index].returncode != 0:
                 processes.stop(procs)
-                running = [i for i in range(num_workers) if i not in ends]
-                tail = processes.log_tail(workdir / f"worker{running[0]}.log") or "(empty)"
-                raise WorkersTimedOut(
-                    f"worker(s) {running} still running after {timeout:.0f} s; all stopped. "
-                    f"End of worker {running[0]}'s log: {tail}"
-                )
-            time.sleep(0.1)
+                _raise_failure(index, procs[index], workdir, ports)
     except (PortInUseError, WorkerError, WorkersTimedOut) as err:
         err.pids = tuple(proc.pid for proc in procs)  # so a caller can check they are gone
         raise

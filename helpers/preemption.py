@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -149,8 +148,13 @@ def _launch(config: RunConfig, env: dict | None):
     return processes.start(command(config), log, env=env, cwd=workdir)
 
 
+def _events(proc, config: RunConfig) -> list[dict]:
+    """The events this process logged so far (the log holds every run's)."""
+    return [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
+
+
 def _failure(message: str, proc, config: RunConfig) -> RunFailed:
-    text = proc.log_path.read_text(errors="replace")[-3000:]
+    text = processes.log_tail(proc.log_path, 40)
     events = read_progress(config.log_path)[-5:]
     return RunFailed(f"{message}\n--- last events\n{events}\n--- output (tail)\n{text}")
 
@@ -172,21 +176,17 @@ def run_until_killed(
     start = time.monotonic()
     proc = _launch(config, env)
     try:
-        while True:
-            mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
-            if kill_when(mine):
-                proc.send_signal(signal.SIGKILL)
-                code = proc.wait(timeout=60)
-                break
-            if proc.poll() is not None:
-                raise _failure(f"the run ended by itself (exit {proc.returncode})", proc, config)
-            if time.monotonic() - start > timeout:
-                raise _failure(f"no kill point within {timeout:.0f} s", proc, config)
-            time.sleep(0.05)
+        try:
+            ended = processes.wait([proc], timeout, until=lambda: kill_when(_events(proc, config)))
+        except TimeoutError:
+            raise _failure(f"no kill point within {timeout:.0f} s", proc, config) from None
+        if ended:
+            raise _failure(f"the run ended by itself (exit {proc.returncode})", proc, config)
+        proc.send_signal(signal.SIGKILL)
+        code = proc.wait(timeout=60)
     finally:
         processes.stop([proc])  # never left running
-    mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
-    return ProcessOutcome(code, proc.pid, mine, round(time.monotonic() - start, 1))
+    return ProcessOutcome(code, proc.pid, _events(proc, config), round(time.monotonic() - start, 1))
 
 
 def run_to_end(
@@ -199,15 +199,14 @@ def run_to_end(
     start = time.monotonic()
     proc = _launch(config, env)
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        processes.wait([proc], timeout)
+    except TimeoutError:
         raise _failure(f"the run did not finish within {timeout:.0f} s", proc, config) from None
     finally:
         processes.stop([proc])  # never left running
     if proc.returncode != 0:
         raise _failure(f"the run ended with exit {proc.returncode}, not 0", proc, config)
-    mine = [e for e in read_progress(config.log_path) if e.get("pid") == proc.pid]
-    return ProcessOutcome(proc.returncode, proc.pid, mine, round(time.monotonic() - start, 1))
+    return ProcessOutcome(0, proc.pid, _events(proc, config), round(time.monotonic() - start, 1))
 
 
 def summarize_runs(events: list[dict], steps_per_epoch: int) -> dict:

@@ -12,7 +12,7 @@ and the tests' fresh interpreters. Each needs the same things, so they come from
   set up, which no log level reaches: notices, not problems (see :func:`is_harmless_log`).
 - :func:`child_env` builds a child's environment from all of the above;
   :func:`default_sigint` gives a child program back the Ctrl-C that a shell may have taken away.
-- :func:`start`, :func:`stop` and :func:`log_tail` supervise the children that run on their own
+- :func:`start`, :func:`wait`, :func:`stop` and :func:`log_tail` supervise the children that run on their own
   (notebook 08_checkpoints_and_preemption's killed training runs, notebook 09_scaling_out_to_pods's workers): output into a log file, never a
   pipe; every child killed and reaped whatever happens to the parent.
 
@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -40,6 +41,7 @@ __all__ = [
     "log_tail",
     "start",
     "stop",
+    "wait",
     "tensorflow_version",
 ]
 
@@ -155,6 +157,29 @@ def start(
         )
     proc.log_path = log_path
     return proc
+
+
+def wait(
+    procs: Sequence[subprocess.Popen], timeout: float, *, until=None, poll: float = 0.05
+) -> dict[int, float]:
+    """Wait until every process has exited, one has failed (non-zero status) or ``until()`` holds.
+
+    Returns when each exited process ended (``time.monotonic()``), by its index in ``procs``.
+    Raises :class:`TimeoutError` after ``timeout`` seconds. The processes are left as they are:
+    call :func:`stop` in ``finally``.
+    """
+    deadline = time.monotonic() + timeout
+    ends: dict[int, float] = {}
+    while True:
+        for index, proc in enumerate(procs):
+            if index not in ends and proc.poll() is not None:
+                ends[index] = time.monotonic()
+        failed = any(procs[index].returncode for index in ends)
+        if len(ends) == len(procs) or failed or (until is not None and until()):
+            return ends
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"still running after {timeout:.0f} s")
+        time.sleep(poll)
 
 
 def stop(procs: Sequence[subprocess.Popen]) -> None:

@@ -42,6 +42,23 @@ def test_a_started_child_writes_its_log_and_stop_kills_and_reaps_it(tmp_path):
     assert processes.log_tail(tmp_path / "missing.log") == ""
 
 
+def test_wait_returns_at_the_first_failure_at_until_or_raises_at_the_timeout(tmp_path):
+    def child(name, code):
+        return processes.start([sys.executable, "-c", code], tmp_path / name, env=os.environ)
+
+    sleeper, failing = child("s.log", "import time; time.sleep(60)"), child("f.log", "exit(3)")
+    try:
+        ends = processes.wait([sleeper, failing], 30)
+        assert list(ends) == [1] and failing.returncode == 3 and sleeper.poll() is None
+        assert processes.wait([sleeper], 30, until=lambda: True) == {}
+        with pytest.raises(TimeoutError, match="still running after 0 s"):
+            processes.wait([sleeper], 0.2)
+    finally:
+        processes.stop([sleeper, failing])
+    done = child("d.log", "pass")
+    assert list(processes.wait([done], 30)) == [0] and done.returncode == 0
+
+
 @pytest.mark.parametrize(
     "line, early_absl, harmless",
     [
