@@ -6,7 +6,7 @@ fix: :func:`recognise` finds the row, :func:`explain` says it in a sentence. The
 explain a failed pip run with it, and the self-test records which rows it met. Notebook 01_tpu_detection_and_connection shows the table (:func:`markdown_table`).
 
 Two conditions are looked for before anything fails: another library of this process already
-holding the TPU (:func:`tpu_owner_in_process`), and a Keras release with the known
+holding the TPU (:func:`_tpu_owner_in_process`), and a Keras release with the known
 multi-replica bugs (:func:`keras_distribution_problem`). Nothing here imports TensorFlow, JAX or
 torch_xla. None of it was verified on TPU hardware by this collection: the texts are the users'.
 """
@@ -28,7 +28,6 @@ __all__ = [
     "keras_distribution_problem",
     "markdown_table",
     "recognise",
-    "tpu_owner_in_process",
 ]
 
 
@@ -179,7 +178,7 @@ def _plain(sign: str) -> str:
     return text.replace("\\", "").replace("==.", "==").strip(". ")
 
 
-def tpu_owner_in_process(
+def _tpu_owner_in_process(
     modules: Mapping[str, object] | None = None, fd_dir: str | Path = "/proc/self/fd"
 ) -> str | None:
     """The library of this process that already holds the TPU, or None (notebook 01_tpu_detection_and_connection).
@@ -239,7 +238,7 @@ def conditions_seen(
         seen.add("tensorflow-without-tpu")
     if "No TPU platform found" in support_reason:
         seen.add("libtpu-mismatch")
-    if tpu_owner_in_process(modules) is not None:
+    if _tpu_owner_in_process(modules) is not None:
         seen.add("tpu-held-elsewhere")
     found = [f.key for f in FAILURES if f.key in seen]
     if keras and keras_distribution_problem(keras):

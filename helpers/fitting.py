@@ -1,7 +1,6 @@
 """Keras ``compile``/``fit`` on a distribution strategy: the choices that depend on it (notebook 03_keras_compile_and_fit).
 
 - the global batch itself: :mod:`helpers.batches` (``plan_batch``);
-- :func:`scaled_learning_rate`: the learning rate grows with the global batch;
 - :func:`steps_per_execution_for`: how many steps ``fit`` may run per call on *this* strategy;
 - :func:`whole_executions`: an epoch's steps as a whole number of those calls (Keras rounds up);
 - :func:`single_device_evaluation`: the loss on one device, to prove that distribution did not
@@ -28,7 +27,6 @@ __all__ = [
     "cross_device_ops_name",
     "Evaluation",
     "FitTiming",
-    "scaled_learning_rate",
     "single_device_evaluation",
     "steps_per_execution_for",
     "StepsChoice",
@@ -49,28 +47,6 @@ COLLECTIVE_SPE_FAILURE = (
     "all-reduce ops inside its multi-step loop ('You must feed a value for placeholder tensor')"
 )
 _LOOP_SAFE_CROSS_DEVICE_OPS = ("ReductionToOneDevice", "HierarchicalCopyAllReduce")
-
-
-def scaled_learning_rate(
-    base_rate: float, global_batch_size: int, base_batch: int = 256, rule: str = "linear"
-) -> float:
-    """The learning rate for ``global_batch_size``, from one known to work at ``base_batch``.
-
-    A batch ``k`` times larger averages ``k`` times more examples per step, so its gradient is
-    less noisy and a larger step is safe. ``rule="linear"`` multiplies the rate by ``k`` (the usual
-    rule for SGD, with warm-up for very large batches); ``rule="sqrt"`` by ``sqrt(k)``, a gentler
-    choice often used with Adam.
-    """
-    if not (isinstance(base_rate, (int, float)) and math.isfinite(base_rate) and base_rate > 0):
-        raise ValueError(f"base_rate must be a positive number, got {base_rate!r}")
-    for label, value in (("global_batch_size", global_batch_size), ("base_batch", base_batch)):
-        positive_int(label, value)
-    factor = global_batch_size / base_batch
-    if rule == "linear":
-        return base_rate * factor
-    if rule == "sqrt":
-        return base_rate * math.sqrt(factor)
-    raise ValueError(f"unknown rule {rule!r}: choose 'linear' or 'sqrt'")
 
 
 class StepsChoice(NamedTuple):

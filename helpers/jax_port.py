@@ -31,7 +31,6 @@ from helpers import loops, runtime
 from helpers.batches import per_replica_batch
 
 __all__ = [
-    "accelerator_hints",
     "check_device_equivalence",
     "configure",
     "donation_is_safe",
@@ -40,7 +39,6 @@ __all__ = [
     "RestartKernel",
     "thread_pool_size",
     "train_same_batches",
-    "xla_flags",
 ]
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -55,14 +53,14 @@ class RestartKernel(RuntimeError):
     """This process already imported something that fixes the backend or the devices."""
 
 
-def accelerator_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
+def _accelerator_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
     """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host."""
     hints = runtime.tpu_hints(env, dev)
     hints += sorted(str(p) for p in Path(dev).glob("nvidia[0-9]*"))
     return hints
 
 
-def xla_flags(current: str, devices: int) -> str:
+def _xla_flags(current: str, devices: int) -> str:
     """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept)."""
     kept = [flag for flag in current.split() if not flag.startswith(DEVICE_COUNT_FLAG + "=")]
     return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
@@ -118,8 +116,8 @@ def configure(
             "would both claim the TPU: restart the kernel and run this notebook on its own."
         )
     wanted = {"KERAS_BACKEND": "jax"}
-    if simulated_devices > 1 and not accelerator_hints(env, dev):
-        wanted["XLA_FLAGS"] = xla_flags(env.get("XLA_FLAGS", ""), simulated_devices)
+    if simulated_devices > 1 and not _accelerator_hints(env, dev):
+        wanted["XLA_FLAGS"] = _xla_flags(env.get("XLA_FLAGS", ""), simulated_devices)
         if POOL_SIZE_VARIABLE not in env:
             wanted[POOL_SIZE_VARIABLE] = str(thread_pool_size(simulated_devices))
     for name in ("keras", "jax"):

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "format_measurement",
     "plot_assignments",
     "plot_bars",
     "plot_history",
@@ -80,7 +79,7 @@ def plot_samples(x, y, class_names: Sequence[str], count: int = 10):
     return fig
 
 
-def format_measurement(value: float) -> str:
+def _format_measurement(value: float) -> str:
     """A measurement as the lessons' printed tables write it: ``3,289``, ``12.5``, ``0.304``."""
     if abs(value) >= 1000:
         return f"{value:,.0f}"
@@ -120,7 +119,7 @@ def plot_bars(
     base = values[baseline] if baseline is not None else None
     labels = []
     for bar, height in zip(bars, heights, strict=True):
-        text = format_measurement(height) + (f"\n{height / base:.2f}x" if base else "")
+        text = _format_measurement(height) + (f"\n{height / base:.2f}x" if base else "")
         x = bar.get_x() + bar.get_width() / 2
         labels.append(ax.annotate(text, (x, height), ha="center", va="bottom"))
     ax.set_ylabel(ylabel)

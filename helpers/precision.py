@@ -3,7 +3,7 @@
 - :func:`format_table`, :func:`to_bfloat16`, :func:`rounding_table`, :func:`running_sum`: what
   bfloat16 can and cannot represent, from its bit layout;
 - :func:`global_policy`: the Keras global dtype policy, set for a ``with`` block and restored;
-- :func:`layer_dtypes`, :func:`dtype_table`, :func:`check_float32_output`: which dtype each layer
+- :func:`dtype_table`, :func:`check_float32_output`: which dtype each layer
   stores its weights in and computes in;
 - :func:`weight_bytes`, :func:`activation_bytes`: memory measured from the model's tensors;
 - ``epoch_timer``: seconds per training epoch, for a speed comparison (it lives in
@@ -31,8 +31,6 @@ __all__ = [
     "FloatFormat",
     "format_table",
     "global_policy",
-    "layer_dtypes",
-    "LayerDtypes",
     "rounding_table",
     "running_sum",
     "to_bfloat16",
@@ -174,7 +172,7 @@ def global_policy(name: str):
 
 
 @dataclass(frozen=True)
-class LayerDtypes:
+class _LayerDtypes:
     """One layer's dtypes: its policy, the dtype of its weights, of its math, of its output."""
 
     name: str
@@ -185,7 +183,7 @@ class LayerDtypes:
     output_dtype: str | None
 
 
-def layer_dtypes(model) -> list[LayerDtypes]:
+def _layer_dtypes(model) -> list[_LayerDtypes]:
     """The dtypes of every layer of a built Keras model (notebook 05_bfloat16_mixed_precision).
 
     ``output_dtype`` is what the layer actually produces in the model's graph (None when the
@@ -199,7 +197,7 @@ def layer_dtypes(model) -> list[LayerDtypes]:
             output = None
         out_dtype = None if output is None or isinstance(output, (list, tuple)) else output.dtype
         rows.append(
-            LayerDtypes(
+            _LayerDtypes(
                 name=layer.name,
                 kind=type(layer).__name__,
                 policy=layer.dtype_policy.name,
@@ -216,14 +214,14 @@ def _dtype_name(dtype) -> str:
 
 
 def dtype_table(model) -> str:
-    """:func:`layer_dtypes` as an aligned text table, one layer per line.
+    """:func:`_layer_dtypes` as an aligned text table, one layer per line.
 
     Taught in notebook 05.
     """
     header = ("layer", "kind", "policy", "variables", "compute", "output")
     rows = [header] + [
         (r.name, r.kind, r.policy, r.variable_dtype, r.compute_dtype, r.output_dtype or "-")
-        for r in layer_dtypes(model)
+        for r in _layer_dtypes(model)
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)

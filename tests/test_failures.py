@@ -107,15 +107,15 @@ def test_a_route_install_that_fails_says_which_failure_it_was(monkeypatch, capsy
 def test_a_library_that_already_holds_the_tpu_is_found_without_starting_anything(tmp_path):
     empty = tmp_path / "fd"
     empty.mkdir()
-    assert failures.tpu_owner_in_process({}, empty) is None
+    assert failures._tpu_owner_in_process({}, empty) is None
     jax_cpu = {"jax._src.xla_bridge": SimpleNamespace(_backends={"cpu": object()})}
-    assert failures.tpu_owner_in_process(jax_cpu, empty) is None
+    assert failures._tpu_owner_in_process(jax_cpu, empty) is None
     jax_tpu = {"jax._src.xla_bridge": SimpleNamespace(_backends={"tpu": object()})}
-    assert failures.tpu_owner_in_process(jax_tpu, empty) == "JAX"
+    assert failures._tpu_owner_in_process(jax_tpu, empty) == "JAX"
     xla = SimpleNamespace(_XLAC=SimpleNamespace(_xla_runtime_is_initialized=lambda: True))
-    assert failures.tpu_owner_in_process({"torch_xla": xla}, empty) == "torch_xla"
+    assert failures._tpu_owner_in_process({"torch_xla": xla}, empty) == "torch_xla"
     os.symlink("/dev/vfio/0", empty / "7")  # what an open v5e device looks like
-    assert "this process" in failures.tpu_owner_in_process({}, empty)
+    assert "this process" in failures._tpu_owner_in_process({}, empty)
 
 
 @pytest.mark.parametrize(

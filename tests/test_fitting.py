@@ -1,4 +1,4 @@
-"""helpers.fitting: batch plan, learning-rate scaling, steps_per_execution by strategy, loss parity."""
+"""helpers.fitting: batch plan, steps_per_execution by strategy, loss parity."""
 
 from __future__ import annotations
 
@@ -8,29 +8,6 @@ import pytest
 from helpers import fitting
 
 NO_TPU = {"ISTPUVM": None, "TPU_NAME": None, "TPU_ACCELERATOR_TYPE": None}
-
-
-# ------------------------------------------------------------------- scaled_learning_rate
-def test_learning_rate_scales_linearly_or_by_square_root():
-    assert fitting.scaled_learning_rate(1e-3, 256) == pytest.approx(1e-3)
-    assert fitting.scaled_learning_rate(1e-3, 1024) == pytest.approx(4e-3)
-    assert fitting.scaled_learning_rate(1e-3, 128, base_batch=64) == pytest.approx(2e-3)
-    assert fitting.scaled_learning_rate(1e-3, 1024, rule="sqrt") == pytest.approx(2e-3)
-
-
-@pytest.mark.parametrize(
-    ("args", "kwargs", "match"),
-    [
-        ((0.0, 256), {}, "base_rate"),
-        ((float("nan"), 256), {}, "base_rate"),
-        ((1e-3, 0), {}, "global_batch_size"),
-        ((1e-3, 256), {"base_batch": 0}, "base_batch"),
-        ((1e-3, 256), {"rule": "cubic"}, "unknown rule"),
-    ],
-)
-def test_learning_rate_rejects_bad_input(args, kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        fitting.scaled_learning_rate(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- steps_per_execution_for

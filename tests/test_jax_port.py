@@ -56,7 +56,7 @@ def test_configure_leaves_devices_alone_with_one_device_or_an_accelerator(tmp_pa
     assert "XLA_FLAGS" not in jax_port.configure(8, env=tpu_env, modules={}, dev=tmp_path)
     assert "PJRT_NPROC" not in tpu_env
     (tmp_path / "nvidia0").touch()
-    assert jax_port.accelerator_hints({}, tmp_path) == [str(tmp_path / "nvidia0")]
+    assert jax_port._accelerator_hints({}, tmp_path) == [str(tmp_path / "nvidia0")]
     assert "XLA_FLAGS" not in jax_port.configure(8, env={}, modules={}, dev=tmp_path)
 
 

@@ -107,7 +107,7 @@ def test_global_policy_is_restored_even_after_an_error():
 def test_build_classifier_dtype_argument_and_default():
     mixed = {
         r.name: r
-        for r in precision.layer_dtypes(models.build_classifier((8, 8, 1), dtype="mixed_bfloat16"))
+        for r in precision._layer_dtypes(models.build_classifier((8, 8, 1), dtype="mixed_bfloat16"))
     }
     assert (mixed["hidden"].variable_dtype, mixed["hidden"].compute_dtype) == (
         "float32",
@@ -115,10 +115,10 @@ def test_build_classifier_dtype_argument_and_default():
     )
     assert mixed["hidden"].output_dtype == "bfloat16" and mixed["hidden"].policy == "mixed_bfloat16"
     assert mixed["logits"].output_dtype == "float32"
-    default = precision.layer_dtypes(models.build_classifier((8, 8, 1)))
+    default = precision._layer_dtypes(models.build_classifier((8, 8, 1)))
     assert all(r.compute_dtype == "float32" for r in default)
     with precision.global_policy("mixed_bfloat16"):  # dtype=None follows the global policy
-        following = {r.name: r for r in precision.layer_dtypes(models.build_classifier((8, 8, 1)))}
+        following = {r.name: r for r in precision._layer_dtypes(models.build_classifier((8, 8, 1)))}
     assert following["hidden"].compute_dtype == "bfloat16"
     assert following["logits"].compute_dtype == "float32"
 
@@ -133,7 +133,7 @@ def test_dtype_table_lists_every_layer():
 
 def test_layer_dtypes_of_a_layer_never_called_symbolically():
     model = keras.Sequential([keras.layers.Dense(3)])  # no Input: nothing was called yet
-    (row,) = precision.layer_dtypes(model)
+    (row,) = precision._layer_dtypes(model)
     assert row.output_dtype is None and row.compute_dtype == "float32"
 
 

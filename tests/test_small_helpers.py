@@ -185,7 +185,7 @@ def test_bar_labels_use_the_tables_number_format_and_no_line_crosses_them():
     matplotlib.use("Agg")
     from helpers import plots
 
-    assert [plots.format_measurement(v) for v in (10672.4, 218.4, 12.51, 0.3041)] == [
+    assert [plots._format_measurement(v) for v in (10672.4, 218.4, 12.51, 0.3041)] == [
         "10,672",
         "218",
         "12.5",

@@ -28,10 +28,7 @@ __all__ = [
     "CheckResult",
     "Context",
     "Images",
-    "NoStrategy",
     "Outcome",
-    "describe_error",
-    "hard_limit",
     "judged",
     "run_check",
 ]
@@ -109,7 +106,7 @@ class CheckResult:
         }
 
 
-class NoStrategy(RuntimeError):
+class _NoStrategy(RuntimeError):
     """A check needs the strategy, and the connect check did not produce one."""
 
 
@@ -130,7 +127,7 @@ class Context:
 
     def need_strategy(self):
         if self.strategy is None:
-            raise NoStrategy("not run: there is no strategy (the connect check failed)")
+            raise _NoStrategy("not run: there is no strategy (the connect check failed)")
         return self.strategy
 
     @property
@@ -182,7 +179,7 @@ class Images:
     y_test: np.ndarray
 
 
-def describe_error(err: BaseException, limit: int = 600) -> str:
+def _describe_error(err: BaseException, limit: int = 600) -> str:
     """``Type: message`` (cut to ``limit`` characters) and where in the code it was raised."""
     text = str(err).strip()
     if len(text) > limit:
@@ -196,7 +193,7 @@ def describe_error(err: BaseException, limit: int = 600) -> str:
     return f"{type(err).__name__}: {text}{where}"
 
 
-def hard_limit(budget: float) -> float:
+def _hard_limit(budget: float) -> float:
     """Seconds after which a check of ``budget`` seconds is abandoned."""
     return HARD_LIMIT_FACTOR * budget + HARD_LIMIT_GRACE
 
@@ -205,7 +202,7 @@ def run_check(check: Check, context: Context) -> CheckResult:
     """Run one check in a thread of its own; never raise.
 
     An exception becomes a failed check with the error as its evidence. A check still running
-    at :func:`hard_limit` of its budget is reported as failed and abandoned (Python cannot stop
+    at :func:`_hard_limit` of its budget is reported as failed and abandoned (Python cannot stop
     a thread, so its work may go on in the background; the report says so).
     """
     budget = check.budget[0] if context.smoke else check.budget[1]
@@ -220,14 +217,14 @@ def run_check(check: Check, context: Context) -> CheckResult:
     thread = threading.Thread(target=target, name=f"self-test-{check.key}", daemon=True)
     start = time.perf_counter()
     thread.start()
-    thread.join(hard_limit(budget))
+    thread.join(_hard_limit(budget))
     seconds = time.perf_counter() - start
     base = {"key": check.key, "title": check.title, "notebook": check.notebook}
     if thread.is_alive():
         return CheckResult(
             **base,
             status="fail",
-            summary=f"did not finish within {hard_limit(budget):.0f} s",
+            summary=f"did not finish within {_hard_limit(budget):.0f} s",
             evidence={"budget_seconds": budget},
             seconds=seconds,
             budget_seconds=budget,
@@ -252,7 +249,7 @@ def run_check(check: Check, context: Context) -> CheckResult:
             evidence={},
             seconds=seconds,
             budget_seconds=budget,
-            error=describe_error(err),
+            error=_describe_error(err),
         )
     outcome: Outcome = box["outcome"]
     notes = outcome.notes

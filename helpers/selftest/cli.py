@@ -28,7 +28,7 @@ from helpers.selftest.base import CheckResult
 from helpers.selftest.report import SelfTestReport, standard_notes
 from helpers.strategy import SIMULATED_REPLICAS
 
-__all__ = ["RESTARTED_ENV", "main", "parse", "prepare", "restart", "setup_failure"]
+__all__ = ["RESTARTED_ENV", "main", "parse", "prepare", "restart"]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
@@ -96,7 +96,7 @@ def prepare(install: bool | None, argv: list[str]) -> str | None:
     return None
 
 
-def setup_failure(problem: str, smoke: bool, command: str):
+def _setup_failure(problem: str, smoke: bool, command: str):
     """A report that says why the checks could not run, with the environment around it."""
     first = selftest.DEFAULT_CHECKS[0]
     result = CheckResult(
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None, plan=None) -> int:
     problem = prepare(args.install, argv)
     if problem:
         print(problem, flush=True)
-        md, js = setup_failure(problem, args.smoke, command).write(args.out)
+        md, js = _setup_failure(problem, args.smoke, command).write(args.out)
         print(f"\nReport written to {md} and {js}")
         return 2
     # Before TensorFlow's first import: the one log level of helpers.processes.

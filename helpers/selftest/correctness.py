@@ -28,8 +28,6 @@ from helpers.selftest.base import Context, Outcome, judged
 from helpers.strategy import SIMULATED_TPU
 
 __all__ = [
-    "TPU_FLOAT32_NOTE",
-    "TPU_FLOAT32_RTOL",
     "bfloat16_matmul",
     "checkpoint",
     "connect",
@@ -48,8 +46,8 @@ __all__ = [
 
 # On a TPU, XLA's default precision multiplies float32 matrices in bfloat16 passes, so float32
 # results there agree with a CPU's only to about bfloat16 precision (unverified on hardware).
-TPU_FLOAT32_RTOL = 2e-2
-TPU_FLOAT32_NOTE = (
+_TPU_FLOAT32_RTOL = 2e-2
+_TPU_FLOAT32_NOTE = (
     "tolerance widened on the TPU: XLA multiplies float32 matrices in bfloat16 passes by "
     "default (unverified on hardware)"
 )
@@ -63,7 +61,7 @@ TPU_FLOAT32_NOTE = (
 
 def _tolerance(context: Context, on_cpu: float) -> tuple[float, tuple[str, ...]]:
     if context.on_tpu:
-        return TPU_FLOAT32_RTOL, (TPU_FLOAT32_NOTE,)
+        return _TPU_FLOAT32_RTOL, (_TPU_FLOAT32_NOTE,)
     return on_cpu, ()
 
 

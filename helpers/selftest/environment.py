@@ -15,7 +15,7 @@ from pathlib import Path
 from helpers import failures, routes, runtime, versions
 from helpers.tpu_facts import generation_of
 
-__all__ = ["LABELS", "UNVERIFIED", "accelerator", "collect", "host_cpu", "tpu_generation"]
+__all__ = ["LABELS", "UNVERIFIED", "accelerator", "collect", "tpu_generation"]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
@@ -47,7 +47,7 @@ LABELS = {
 }
 
 
-def host_cpu() -> str:
+def _host_cpu() -> str:
     """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -139,7 +139,7 @@ def collect(strategy=None, kind: str = "", errors: list[str] = ()) -> dict:
         "strategy": kind or "none (not connected)",
         "replicas": replicas,
         "devices": devices,
-        "host_cpu": host_cpu(),
+        "host_cpu": _host_cpu(),
         "cpu_count": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()]
         if hasattr(os, "getloadavg")

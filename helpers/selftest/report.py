@@ -17,8 +17,6 @@ from helpers.selftest.environment import LABELS
 from helpers.strategy import SIMULATED_TPU
 
 __all__ = [
-    "FILE_STEM",
-    "ISSUE_TEMPLATE",
     "SCHEMA",
     "SECTIONS",
     "SelfTestReport",
@@ -27,9 +25,9 @@ __all__ = [
 ]
 
 SCHEMA = "tpu-field-guide/self-test/1"
-FILE_STEM = "tpu-self-test"
+_FILE_STEM = "tpu-self-test"
 SECTIONS = ("Summary", "Environment", "Checks", "Evidence", "About this report")
-ISSUE_TEMPLATE = "TPU self-test report"
+_ISSUE_TEMPLATE = "TPU self-test report"
 
 
 def plain(value):
@@ -204,7 +202,7 @@ class SelfTestReport:
         """Write ``tpu-self-test.md`` and ``tpu-self-test.json`` into ``folder``; return both."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        md, js = folder / f"{FILE_STEM}.md", folder / f"{FILE_STEM}.json"
+        md, js = folder / f"{_FILE_STEM}.md", folder / f"{_FILE_STEM}.json"
         md.write_text(self.markdown(), encoding="utf-8")
         js.write_text(self.to_json(), encoding="utf-8")
         return md, js
@@ -216,8 +214,8 @@ def standard_notes(on_tpu: bool) -> list[str]:
         "Statuses: pass and fail have a criterion on this hardware; info is measured with no "
         "criterion here (e.g. a TPU's peak rate on a CPU).",
         "Each check is a short real run of a lesson; the notebook column names it.",
-        f"To share it, attach {FILE_STEM}.json to an issue opened with the repository's "
-        f'"{ISSUE_TEMPLATE}" issue template.',
+        f"To share it, attach {_FILE_STEM}.json to an issue opened with the repository's "
+        f'"{_ISSUE_TEMPLATE}" issue template.',
     ]
     if on_tpu:
         notes.append(

@@ -20,9 +20,7 @@ from helpers.selftest.environment import tpu_generation
 from helpers.tpu_facts import BATCH_FOR_MXU as PER_REPLICA_BATCH
 
 __all__ = [
-    "CLASSIC_SHUFFLE",
     "PEAK_FRACTION_TO_PASS",
-    "RECIPE_SPEEDUP_TARGET",
     "input_pipeline",
     "judge_input_pipeline",
     "judge_matmul_rate",
@@ -37,8 +35,8 @@ __all__ = [
 UNVERIFIED = "unverified on hardware"
 # The speed checks' lines, unverified on hardware.
 PEAK_FRACTION_TO_PASS = 0.25  # a large bf16 matmul below a quarter of peak means something is off
-RECIPE_SPEEDUP_TARGET = 2.0  # what the collection's recipe should gain over the classic on a TPU
-CLASSIC_SHUFFLE = 60_000  # the classic MNIST tutorial's shuffle buffer: the whole training set
+_RECIPE_SPEEDUP_TARGET = 2.0  # what the collection's recipe should gain over the classic on a TPU
+_CLASSIC_SHUFFLE = 60_000  # the classic MNIST tutorial's shuffle buffer: the whole training set
 
 
 def input_pipeline(context: Context, *, build=None) -> Outcome:
@@ -196,7 +194,7 @@ def recipes(replicas: int, pixels: np.ndarray, labels: np.ndarray, spe: int) -> 
     floats = pixels.astype(np.float32) / 255  # the classic way: scaled on the host
 
     def classic(x):
-        ds = tf.data.Dataset.from_tensor_slices((x, labels)).shuffle(CLASSIC_SHUFFLE)
+        ds = tf.data.Dataset.from_tensor_slices((x, labels)).shuffle(_CLASSIC_SHUFFLE)
         return ds.batch(global_batch).repeat()  # a last, smaller batch; nothing prepared ahead
 
     collection = data.make_dataset(pixels, labels, global_batch, replicas=replicas)
@@ -278,7 +276,7 @@ def keras_recipes(context: Context) -> Outcome:
     strategy = context.need_strategy()
     replicas = context.replicas
     global_batch = PER_REPLICA_BATCH * replicas
-    images, count = context.images(), context.size(4096, CLASSIC_SHUFFLE)
+    images, count = context.images(), context.size(4096, _CLASSIC_SHUFFLE)
     pixels, labels = images.x_train[:count], images.y_train[:count]  # Fashion-MNIST's uint8
     # On a TPU, whole calls of 32 steps and enough of them that per-epoch costs do not dominate;
     # on a CPU, few: every step runs all the replicas on the host's cores.
@@ -331,6 +329,6 @@ def judge_recipes(evidence: dict) -> Outcome:
         f"collection {rates[names[-1]]:,.0f} vs classic {rates[names[0]]:,.0f} examples/s: "
         f"{ratio:.2f}x"
     )
-    target = f"the {RECIPE_SPEEDUP_TARGET:g}x target"
-    met, note = ratio >= RECIPE_SPEEDUP_TARGET, f"{target} on a TPU is {UNVERIFIED}"
+    target = f"the {_RECIPE_SPEEDUP_TARGET:g}x target"
+    met, note = ratio >= _RECIPE_SPEEDUP_TARGET, f"{target} on a TPU is {UNVERIFIED}"
     return _against_target(evidence, measured, met, (f"below {target}", f"meets {target}"), note)
