@@ -39,8 +39,6 @@ class UsageError(Exception):
 
 
 # ---- end of part ----
-
-
 # ---- part: connect ----
 TPU_SIGNS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
 _CONNECTED = []  # [(strategy, replicas asked for on a CPU)]: a TPU is initialised once only
@@ -58,13 +56,11 @@ def connect(replicas=8):
     if _CONNECTED:  # a second initialize_tpu_system can lose variables (tensorflow#31961)
         strategy, asked = _CONNECTED[0]
         if asked not in (None, replicas):  # TensorFlow splits the CPU once per process
-            raise UsageError(
-                f"This process simulates {asked} replica(s); restart it for {replicas}."
-            )
+            raise UsageError(f"This process simulates {asked} replica(s): restart for {replicas}.")
         return strategy
     if keras.backend.backend() != "tensorflow":
         raise UsageError("Keras runs on another backend here; set KERAS_BACKEND=tensorflow.")
-    signs, gpus, asked = tpu_signs(), tf.config.list_physical_devices("GPU"), None
+    signs, asked = tpu_signs(), None  # asked: a replica count that is ours to choose
     if signs:  # never fall back to the CPU silently on a TPU host
         tpu = os.environ.get("TPU_NAME", "local")  # "local": this VM's; a pod slice's name
         try:
@@ -79,9 +75,9 @@ def connect(replicas=8):
                 f"cannot use it ({reason}): install TensorFlow's TPU build (pip install "
                 "tensorflow-tpu; lesson 01 gives the version per platform) and restart."
             ) from None
-    elif len(gpus) > 1:
+    elif len(tf.config.list_physical_devices("GPU")) > 1:
         strategy = tf.distribute.MirroredStrategy()
-    elif gpus:
+    elif tf.config.list_physical_devices("GPU"):
         strategy = tf.distribute.OneDeviceStrategy("/gpu:0")
     elif replicas == 1:
         strategy, asked = tf.distribute.OneDeviceStrategy("/cpu:0"), 1
@@ -102,8 +98,6 @@ def connect(replicas=8):
 
 
 # ---- end of part ----
-
-
 # ---- part: data ----
 IDX_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist: works offline
 
@@ -118,21 +112,19 @@ def load_fashion_mnist():
                 f"Fashion-MNIST could not be downloaded ({type(err).__name__}): turn the "
                 "internet on, or offline install Debian's dataset-fashion-mnist."
             ) from None
-    import gzip  # only here: the offline path
+    import gzip  # the offline path's only need
 
     arrays = []
     for name in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
         with gzip.open(f"{IDX_DIR}/{name}-ubyte.gz", "rb") as f:
             raw = f.read()
-        # idx: 0, 0, type 8 (unsigned bytes), the number of sizes; each size in 4 bytes; data
+        # idx: two zero bytes, type 8 (unsigned bytes), the number of sizes, 4 bytes per size
         shape = np.frombuffer(raw, ">u4", count=raw[3], offset=4)
         arrays.append(np.frombuffer(raw, np.uint8, offset=4 + 4 * raw[3]).reshape(shape))
     return (arrays[0], arrays[1]), (arrays[2], arrays[3])
 
 
 # ---- end of part ----
-
-
 # ---- part: tfrecords ----
 def example_bytes(image, label):
     """One tf.train.Example: the raw uint8 pixels and the label."""
@@ -168,8 +160,8 @@ def write_tfrecords(folder, splits):
 
 
 def parse_batch(serialized, cast=False):
-    """A batch of serialized examples -> uint8 (`cast`: float32) images [B, 28, 28, 1], int32
-    labels. Casting on the host is --cast-on-host: uint8 into a TPU step is unverified (model)."""
+    """A batch of serialized examples -> uint8 images [B, 28, 28, 1] and int32 labels; with
+    `cast` (--cast-on-host), float32 images, as uint8 into a TPU step is unverified (model)."""
     fixed = tf.io.FixedLenFeature
     spec = {"image": fixed([], tf.string), "label": fixed([], tf.int64)}
     features = tf.io.parse_example(serialized, spec)
@@ -181,8 +173,6 @@ def parse_batch(serialized, cast=False):
 
 
 # ---- end of part ----
-
-
 # ---- part: pipeline ----
 def host_files(folder, split, ctx):
     """This host's share of a split's files (every file on one host)."""
@@ -226,9 +216,8 @@ def train_dataset(
 
 
 def eval_dataset(folder, ctx, batch, steps, examples=None, cast=False):
-    """Every test image once per `steps` batches, again and again; a TPU runs one static shape,
-    so the last batch is filled up with blank examples whose weight 0 makes them count for
-    nothing."""
+    """Every test image once per `steps` batches, over and over. A TPU runs one static shape:
+    the last batch is filled up with blank examples, whose weight 0 keeps them out of it all."""
     records = tf.data.TFRecordDataset(host_files(folder, "test", ctx))
     if examples:
         records = records.take(examples // ctx.num_input_pipelines)
@@ -242,8 +231,6 @@ def eval_dataset(folder, ctx, batch, steps, examples=None, cast=False):
 
 
 # ---- end of part ----
-
-
 # ---- part: model ----
 def build_model(bf16=True, seed=0, input_dtype="uint8"):
     """A small CNN from pixels to logits; build it in strategy.scope().
@@ -254,18 +241,17 @@ def build_model(bf16=True, seed=0, input_dtype="uint8"):
     (jax-ml/jax#4011), unverified for TPUStrategy (tensorflow/tensorflow#37426 said no in 2020).
     """
     policy = "mixed_bfloat16" if bf16 else "float32"
-    init = keras.initializers.GlorotUniform  # seeded: the same weights in every run
-    hidden = dict(activation="relu", dtype=policy)
+    init = [keras.initializers.GlorotUniform(seed + i) for i in range(4)]  # the same every run
     inputs = keras.Input(IMAGE_SHAPE, dtype=input_dtype, name="pixels")
     x = keras.layers.Rescaling(1 / 255, dtype=policy)(inputs)
     for i, filters in enumerate((32, 64)):
         x = keras.layers.Conv2D(
-            filters, 3, padding="same", kernel_initializer=init(seed + i), **hidden
+            filters, 3, padding="same", activation="relu", kernel_initializer=init[i], dtype=policy
         )(x)
         x = keras.layers.MaxPooling2D(dtype=policy)(x)
     x = keras.layers.Flatten(dtype=policy)(x)
-    x = keras.layers.Dense(128, kernel_initializer=init(seed + 2), **hidden)(x)
-    logits = keras.layers.Dense(CLASSES, kernel_initializer=init(seed + 3), dtype="float32")(x)
+    x = keras.layers.Dense(128, activation="relu", kernel_initializer=init[2], dtype=policy)(x)
+    logits = keras.layers.Dense(CLASSES, kernel_initializer=init[3], dtype="float32")(x)
     return keras.Model(inputs, logits, name="cnn")
 
 
@@ -280,8 +266,6 @@ def build(strategy, learning_rate, **model_args):
 
 
 # ---- end of part ----
-
-
 # ---- part: step ----
 def make_train_step(model, optimizer, global_batch):
     """One replica's step. The optimizer sums the replicas' gradients, so each replica's loss is
@@ -316,8 +300,6 @@ def many_steps(strategy, replica_step, shape=()):
 
 
 # ---- end of part ----
-
-
 # ---- part: evaluation ----
 def make_evaluate(strategy, model):
     """evaluate(iterator, n) -> (loss, accuracy, examples) over n padded batches."""
@@ -339,16 +321,12 @@ def make_evaluate(strategy, model):
 
 
 # ---- end of part ----
-
-
 # ---- part: checkpoint ----
 # Where --ckpt-dir must be: somewhere that outlives the machine. Kaggle: under /kaggle/working
 # (the only folder kept with a notebook's version; the rest goes with the session). Colab:
 # Google Drive (drive.mount), since the runtime's disk is wiped when it is recycled. A TPU VM:
 # gs://bucket/..., since a preempted VM takes its disk along and every host of a pod must see
 # the same folder (tf.train.Checkpoint writes to gs:// directly).
-
-
 def checkpointing(folder, model, optimizer, order):
     """Checkpoint manager of the model, Adam, the step and the data order (seed, global batch,
     examples) that makes the step the data position. A save writes its files, then renames the
@@ -361,7 +339,7 @@ def checkpointing(folder, model, optimizer, order):
 
 
 def restore(manager, step, saved_order, require=False):
-    """Restore the latest committed save and return its step; 0 if none (refused: `require`)."""
+    """Restore the latest committed save, return its step; without one 0 (`require`: an error)."""
     wanted, latest = saved_order.numpy().tolist(), manager.latest_checkpoint
     if latest is None and require:
         raise UsageError(
@@ -383,8 +361,6 @@ def save_checkpoint(manager, step):
 
 
 # ---- end of part ----
-
-
 # ---- part: fit ----
 def fit_steps_per_execution(strategy, wanted):
     """More than 1 fails under MirroredStrategy with 2+ replicas (keras-team/keras#19246)."""
@@ -421,11 +397,9 @@ def parse_args(argv=None):
     p = Parser(prog="train_tpu", description=__doc__.splitlines()[0])
     p.add_argument("--ckpt-dir", help="checkpoint folder (default checkpoints[-smoke])")
     p.add_argument("--data-dir", default="fashion_mnist_tfrecords", help="TFRecord folder")
-    p.add_argument("--replicas", type=positive, default=8, help="simulated TPU's (on a CPU)")
+    p.add_argument("--replicas", type=positive, default=8, help="the simulated TPU's, on a CPU")
     p.add_argument("--epochs", type=positive, help="passes over the data (default 5, smoke 3)")
-    p.add_argument(
-        "--per-replica-batch", type=positive, default=64, help="examples per replica, step"
-    )
+    p.add_argument("--per-replica-batch", type=positive, default=64, help="examples per replica")
     p.add_argument("--steps-per-call", type=positive, default=50, help="steps per tf.function call")
     p.add_argument("--save-every", type=positive, help="steps between saves (default an epoch)")
     p.add_argument("--learning-rate", type=float, default=2e-3, help="Adam's rate at batch 128")
@@ -446,22 +420,19 @@ def parse_args(argv=None):
     return args
 
 
-def writable(folder):
-    try:
-        tf.io.gfile.makedirs(folder)
-        with tf.io.gfile.GFile(f"{folder}/.write-test-{os.getpid()}", "w") as f:
-            f.write("ok")
-        tf.io.gfile.remove(f"{folder}/.write-test-{os.getpid()}")
-    except (OSError, tf.errors.OpError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UsageError(f"Cannot write to {folder} ({reason}).") from None
-
-
 def main(argv=None, strategy=None):
     """Run the script; `strategy`: one already connected (a notebook holding the TPU)."""
     args = parse_args(argv)
-    for folder in (args.data_dir, args.ckpt_dir):
-        writable(folder)
+    for folder in (args.data_dir, args.ckpt_dir):  # fail now, not at the first save
+        try:
+            tf.io.gfile.makedirs(folder)
+            probe = f"{folder}/.write-test-{os.getpid()}"
+            with tf.io.gfile.GFile(probe, "w") as f:
+                f.write("ok")
+            tf.io.gfile.remove(probe)
+        except (OSError, tf.errors.OpError) as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UsageError(f"Cannot write to {folder} ({reason}).") from None
     if args.require_checkpoint and not tf.train.latest_checkpoint(args.ckpt_dir):  # fail early
         raise UsageError(f"No checkpoint in {args.ckpt_dir} to resume from (--require-checkpoint).")
     start = time.perf_counter()
