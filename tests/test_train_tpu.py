@@ -1,10 +1,10 @@
 """train_tpu.py, the reference script: what it imports, its errors, its accuracy and its resume.
 
 Training runs are fresh processes (a simulated TPU needs its own TensorFlow runtime). On every
-stack: the cheap checks and one very small run, killed and resumed. The full runs are marked
-slow (make test runs them on the main stack only), since the lessons run the same on every stack:
-03 `--fit` and its floor, 04 the custom loop and its floor, 08 the SIGKILL mid-save and the
-bit-for-bit resume, 08 and 10 the first-step loss and the readiness check. The custom-loop run
+stack: the cheap checks and one very small run. The full runs are marked slow (make test runs
+them on the main stack only), since the lessons run the same on every stack: 03 `--fit` and its
+floor, 04 the custom loop and its floor, 08 the SIGKILL mid-save and the bit-for-bit resume, 08
+and 10 the first-step loss and the readiness check. The custom-loop run
 that checks the accuracy floor is also the uninterrupted reference of the kill-and-resume test:
 killed runs must end with its weights, bit for bit.
 """
