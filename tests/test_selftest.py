@@ -496,7 +496,10 @@ def test_the_connect_check_fails_with_what_it_found(monkeypatch):
 
 
 def _plan(*fns, budget=(5, 5)):
-    return [base.Check(f"c{i}", f"check {i}", "00", budget, fn) for i, fn in enumerate(fns)]
+    return [
+        base.Check(f"c{i}", f"check {i}", "00_tpu_self_test", budget, fn)
+        for i, fn in enumerate(fns)
+    ]
 
 
 def _boom(context):
