@@ -47,7 +47,8 @@ import numpy as np
 from helpers import batches, processes
 from helpers._arguments import positive_int
 
-# noqa: F401  (notebook 09_scaling_out_to_pods calls it here)
+# (notebook 09_scaling_out_to_pods calls it here)
+from helpers.plots import plot_worker_run as plot_run  # noqa: F401
 
 __all__ = [
     "LOOPBACK",
