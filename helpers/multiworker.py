@@ -46,8 +46,7 @@ import numpy as np
 
 from helpers import batches, processes
 from helpers._arguments import positive_int
-
-# noqa: F401  (notebook 09_scaling_out_to_pods calls it here)
+from helpers.plots import plot_worker_run as plot_run  # noqa: F401  (a lesson calls it here)
 
 __all__ = [
     "LOOPBACK",
@@ -185,7 +184,6 @@ def isolation_available() -> bool:
 
     Tries it once: create the namespace, bring its loopback up, and run a program inside it.
     Containers often forbid one of these steps; the answer is then False.
-    Taught in notebook 09.
     """
     if not sys.platform.startswith("linux"):
         return False

@@ -303,6 +303,7 @@ def plot_worker_run(run, examples: int = 96, columns: int = 96):
     examples than ``columns``, each column is a group of neighbouring examples. Right: the loss
     every worker saw, step by step; identical training draws the curves on top of each other.
     Returns the matplotlib figure (notebook 09_scaling_out_to_pods).
+    Taught in notebook 09.
     """
     import matplotlib.pyplot as plt
 
