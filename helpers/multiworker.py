@@ -186,7 +186,6 @@ def isolation_available() -> bool:
 
     Tries it once: create the namespace, bring its loopback up, and run a program inside it.
     Containers often forbid one of these steps; the answer is then False.
-    Taught in notebook 09.
     """
     if not sys.platform.startswith("linux"):
         return False
