@@ -9,9 +9,8 @@ and a CPU (there, a simulated TPU of --replicas logical CPU devices). Run it twi
     python train_tpu.py --ckpt-dir gs://bucket/run1 --data-dir gs://bucket/fmnist  # a TPU VM
     python train_tpu.py --fit                    # the same model with compile/fit
 
-Each lesson shows one part of this file (the lines between "# ---- part: NAME ----" and
-"# ---- end of part ----"); pasted into a notebook in order, the parts define everything
-main() uses. Exit status: 0 done, 2 a problem you must fix (one sentence on stderr).
+Lessons show its parts (between the "part" markers). Exit status: 0 done, 2 a problem you
+must fix (one sentence on stderr).
 """
 
 # ---- part: imports ----
@@ -40,11 +39,9 @@ class UsageError(Exception):
 
 
 # ---- end of part ----
-
-
 # ---- part: connect ----
 TPU_SIGNS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
-_CONNECTED = []  # the strategy of this process: a TPU is initialised once, never twice
+_CONNECTED = []  # [(strategy, replicas asked for on a CPU)]: a TPU is initialised once only
 
 
 def tpu_signs():
@@ -55,18 +52,19 @@ def tpu_signs():
 
 
 def connect(replicas=8):
-    """The strategy for this host: a TPU, several GPUs, or on a CPU a simulated TPU."""
+    """The strategy for this host: a TPU, GPUs, or on a CPU a simulated TPU of `replicas`."""
     if _CONNECTED:  # a second initialize_tpu_system can lose variables (tensorflow#31961)
-        return _CONNECTED[0]
+        strategy, asked = _CONNECTED[0]
+        if asked not in (None, replicas):  # TensorFlow splits the CPU once per process
+            raise UsageError(f"This process simulates {asked} replica(s): restart for {replicas}.")
+        return strategy
     if keras.backend.backend() != "tensorflow":
         raise UsageError("Keras runs on another backend here; set KERAS_BACKEND=tensorflow.")
-    signs = tpu_signs()
+    signs, asked = tpu_signs(), None  # asked: a replica count that is ours to choose
     if signs:  # never fall back to the CPU silently on a TPU host
+        tpu = os.environ.get("TPU_NAME", "local")  # "local": this VM's; a pod slice's name
         try:
-            # "local": the TPU of this VM; on a pod slice, $TPU_NAME names it.
-            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-                tpu=os.environ.get("TPU_NAME", "local")
-            )
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
             strategy = tf.distribute.TPUStrategy(resolver)
@@ -75,14 +73,15 @@ def connect(replicas=8):
             raise UsageError(
                 f"TPU hardware is here ({', '.join(signs)}) but TensorFlow {tf.__version__} "
                 f"cannot use it ({reason}): install TensorFlow's TPU build (pip install "
-                "tensorflow-tpu; lesson 01_tpu_detection_and_connection gives the version per platform) and restart."
+                "tensorflow-tpu; lesson 01_tpu_detection_and_connection gives the version per "
+                "platform) and restart."
             ) from None
     elif len(tf.config.list_physical_devices("GPU")) > 1:
         strategy = tf.distribute.MirroredStrategy()
     elif tf.config.list_physical_devices("GPU"):
         strategy = tf.distribute.OneDeviceStrategy("/gpu:0")
     elif replicas == 1:
-        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        strategy, asked = tf.distribute.OneDeviceStrategy("/cpu:0"), 1
     else:  # a simulated TPU: the CPU split into logical devices, before TensorFlow starts
         cpu = tf.config.list_physical_devices("CPU")[0]
         try:
@@ -93,80 +92,60 @@ def connect(replicas=8):
                 f"TensorFlow already started, so the CPU cannot be split into {replicas} "
                 "devices: connect before any other TensorFlow code (restart the kernel)."
             ) from None
-        strategy = tf.distribute.MirroredStrategy(
-            [d.name for d in tf.config.list_logical_devices("CPU")[:replicas]]
-        )
-    _CONNECTED.append(strategy)
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")[:replicas]]
+        strategy, asked = tf.distribute.MirroredStrategy(devices), replicas
+    _CONNECTED.append((strategy, asked))
     return strategy
 
 
 # ---- end of part ----
-
-
 # ---- part: data ----
 IDX_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist: works offline
 
 
-def read_idx(path):
-    """One gzipped idx file (MNIST's format): a 4-byte magic number, the sizes, uint8 data."""
-    import gzip
-
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    if raw[:3] != b"\x00\x00\x08":  # two zero bytes, then type 8: unsigned bytes
-        raise UsageError(f"{path} is not an idx file of unsigned bytes.")
-    dims = raw[3]
-    shape = np.frombuffer(raw, ">u4", count=dims, offset=4)
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
 def load_fashion_mnist():
     """(x_train, y_train), (x_test, y_test): uint8 images [N, 28, 28] and uint8 labels."""
-    if os.path.exists(f"{IDX_DIR}/t10k-labels-idx1-ubyte.gz"):
-        return tuple(
-            (
-                read_idx(f"{IDX_DIR}/{split}-images-idx3-ubyte.gz"),
-                read_idx(f"{IDX_DIR}/{split}-labels-idx1-ubyte.gz"),
-            )
-            for split in ("train", "t10k")
-        )
-    try:  # Colab and Kaggle: download once into ~/.keras/datasets
-        return keras.datasets.fashion_mnist.load_data()
-    except Exception as err:
-        raise UsageError(
-            f"Fashion-MNIST could not be downloaded ({type(err).__name__}): turn the "
-            "internet on, or offline install Debian's dataset-fashion-mnist."
-        ) from None
+    if not os.path.exists(f"{IDX_DIR}/t10k-labels-idx1-ubyte.gz"):
+        try:  # Colab and Kaggle: downloaded once into ~/.keras/datasets
+            return keras.datasets.fashion_mnist.load_data()
+        except Exception as err:
+            raise UsageError(
+                f"Fashion-MNIST could not be downloaded ({type(err).__name__}): turn the "
+                "internet on, or offline install Debian's dataset-fashion-mnist."
+            ) from None
+    import gzip  # the offline path's only need
+
+    arrays = []
+    for name in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
+        with gzip.open(f"{IDX_DIR}/{name}-ubyte.gz", "rb") as f:
+            raw = f.read()
+        # idx: two zero bytes, type 8 (unsigned bytes), the number of sizes, 4 bytes per size
+        shape = np.frombuffer(raw, ">u4", count=raw[3], offset=4)
+        arrays.append(np.frombuffer(raw, np.uint8, offset=4 + 4 * raw[3]).reshape(shape))
+    return (arrays[0], arrays[1]), (arrays[2], arrays[3])
 
 
 # ---- end of part ----
-
-
 # ---- part: tfrecords ----
 def example_bytes(image, label):
     """One tf.train.Example: the raw uint8 pixels and the label."""
-    feature = {
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    image = tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))
+    label = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
+    features = tf.train.Features(feature={"image": image, "label": label})
+    return tf.train.Example(features=features).SerializeToString()
 
 
 def write_tfrecords(folder, splits):
     """Write {"train": (x, y), "test": (x, y)} once as SHARDS files per split; return counts.
-
-    Each file is written under a temporary name and renamed when complete, and info.json (the
-    files' example counts) comes last: a kill at any moment leaves no half file under a name
-    that is read, and the next run writes again whatever info.json does not vouch for.
-    """
+    A kill leaves no half file under a name that is read: each file is renamed when complete,
+    and info.json, which vouches for them all, comes last."""
     info_path = f"{folder}/info.json"
     if tf.io.gfile.exists(info_path):
         with tf.io.gfile.GFile(info_path) as f:
             return json.load(f)
     tf.io.gfile.makedirs(folder)
-    counts = {}
+    counts = {split: [] for split in splits}
     for split, (x, y) in splits.items():
-        counts[split] = []
         for shard, rows in enumerate(np.array_split(np.arange(len(x)), SHARDS)):
             name = f"{folder}/{split}-{shard:05d}-of-{SHARDS:05d}.tfrecord"
             partial = f"{name}.tmp-{os.getpid()}"  # its own name: two writers never mix
@@ -181,25 +160,20 @@ def write_tfrecords(folder, splits):
     return counts
 
 
-def parse_batch(serialized, cast_on_host=False):
-    """A batch of serialized examples -> uint8 images [B, 28, 28, 1] and int32 labels."""
-    features = tf.io.parse_example(
-        serialized,
-        {
-            "image": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64),
-        },
-    )
+def parse_batch(serialized, cast=False):
+    """A batch of serialized examples -> uint8 images [B, 28, 28, 1] and int32 labels; with
+    `cast` (--cast-on-host), float32 images, as uint8 into a TPU step is unverified (model)."""
+    fixed = tf.io.FixedLenFeature
+    spec = {"image": fixed([], tf.string), "label": fixed([], tf.int64)}
+    features = tf.io.parse_example(serialized, spec)
     batch = serialized.shape[0] or -1  # static when batched with drop_remainder: keep it
     images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (batch, *IMAGE_SHAPE))
-    if cast_on_host:  # uint8 into a TPU step is unverified for TPUStrategy (see the model)
+    if cast:
         images = tf.cast(images, tf.float32)
     return images, tf.cast(features["label"], tf.int32)
 
 
 # ---- end of part ----
-
-
 # ---- part: pipeline ----
 def host_files(folder, split, ctx):
     """This host's share of a split's files (every file on one host)."""
@@ -218,18 +192,15 @@ def with_options(ds):
     return ds.with_options(options)
 
 
-def train_dataset(folder, ctx, batch, steps_per_epoch, epochs, start_step=0, seed=0, **kw):
-    """Batches of `batch` for the steps from `start_step` on, in an order fixed by `seed`.
-
-    Resumable: epoch e is this host's files shuffled with the seed (seed, e), so a run restarted
-    at step k skips the k % steps_per_epoch batches its epoch already trained and continues
-    with exactly the batches an uninterrupted run would see. Checkpointing the iterator itself
-    is the alternative, but tf.distribute's distributed iterators cannot be checkpointed.
-    `ctx` (a tf.distribute.InputContext) says which host this is and how many replicas it feeds.
-    """
+def train_dataset(
+    folder, ctx, batch, steps_per_epoch, epochs, start_step=0, seed=0, examples=None, cast=False
+):
+    """This host's batches (`ctx`: a tf.distribute.InputContext) from step `start_step` on.
+    Epoch e shuffles with the seed (seed, e), so a run restarted at step k skips the batches
+    its epoch already trained and sees exactly what an uninterrupted run would (tf.distribute's
+    iterators cannot be checkpointed; the step can). `examples`: use only that many."""
     files = host_files(folder, "train", ctx)
     per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # batches one step takes here
-    examples = kw.get("examples")  # fewer training examples (--smoke), else all of them
     first_epoch, done = divmod(start_step, steps_per_epoch)
     ds = None
     for epoch in range(first_epoch, epochs):
@@ -241,17 +212,13 @@ def train_dataset(folder, ctx, batch, steps_per_epoch, epochs, start_step=0, see
         records = records.take(steps_per_epoch * per_step)
         ds = records if ds is None else ds.concatenate(records)
     ds = ds.skip(done * per_step)  # the batches the checkpoint says were trained
-    cast = kw.get("cast_on_host", False)
     ds = ds.map(lambda r: parse_batch(r, cast), num_parallel_calls=tf.data.AUTOTUNE)
     return with_options(ds.prefetch(tf.data.AUTOTUNE))
 
 
-def eval_dataset(folder, ctx, batch, steps, examples=None, cast_on_host=False):
-    """Every test image once per `steps` batches, padded with weight-0 examples; repeats.
-
-    A TPU runs one static shape, so the last batch is filled up with blank examples whose
-    weight 0 keeps them out of the loss and the accuracy.
-    """
+def eval_dataset(folder, ctx, batch, steps, examples=None, cast=False):
+    """Every test image once per `steps` batches, over and over. A TPU runs one static shape:
+    the last batch is filled up with blank examples, whose weight 0 keeps them out of it all."""
     records = tf.data.TFRecordDataset(host_files(folder, "test", ctx))
     if examples:
         records = records.take(examples // ctx.num_input_pipelines)
@@ -260,42 +227,32 @@ def eval_dataset(folder, ctx, batch, steps, examples=None, cast_on_host=False):
     per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
     ds = records.map(lambda r: (r, 1.0)).concatenate(padding).take(steps * per_step * batch)
     ds = ds.batch(batch, drop_remainder=True)
-    ds = ds.map(lambda r, w: (*parse_batch(r, cast_on_host), w), tf.data.AUTOTUNE)
+    ds = ds.map(lambda r, w: (*parse_batch(r, cast), w), tf.data.AUTOTUNE)
     return with_options(ds.cache().repeat().prefetch(tf.data.AUTOTUNE))
 
 
 # ---- end of part ----
-
-
 # ---- part: model ----
 def build_model(bf16=True, seed=0, input_dtype="uint8"):
-    """A small CNN from raw pixels to class logits; call it inside strategy.scope().
+    """A small CNN from pixels to logits; build it in strategy.scope().
 
-    mixed_bfloat16: bfloat16 math on float32 variables, set per layer so nothing global
-    changes; the last layer stays float32 so the logits and the loss keep their precision.
-    uint8 pixels reach the device and are scaled there (a quarter of float32's bytes); XLA
-    runs u8 on TPUs (jax-ml/jax#4011), but TPUStrategy with uint8 input is unverified
-    (tensorflow/tensorflow#37426 said no in 2020): --cast-on-host sends float32 instead.
+    mixed_bfloat16 (bfloat16 math, float32 variables) is set per layer, so nothing global
+    changes; the float32 last layer keeps the logits and the loss precise. uint8 pixels (a
+    quarter of float32's bytes to send) are scaled on the device: XLA runs u8 on TPUs
+    (jax-ml/jax#4011), unverified for TPUStrategy (tensorflow/tensorflow#37426 said no in 2020).
     """
     policy = "mixed_bfloat16" if bf16 else "float32"
-    init = keras.initializers.GlorotUniform  # seeded: the same weights in every run
+    init = [keras.initializers.GlorotUniform(seed + i) for i in range(4)]  # the same every run
     inputs = keras.Input(IMAGE_SHAPE, dtype=input_dtype, name="pixels")
-    x = keras.layers.Rescaling(1 / 255, dtype=policy)(inputs)  # on the device
+    x = keras.layers.Rescaling(1 / 255, dtype=policy)(inputs)
     for i, filters in enumerate((32, 64)):
         x = keras.layers.Conv2D(
-            filters,
-            3,
-            padding="same",
-            activation="relu",
-            kernel_initializer=init(seed + i),
-            dtype=policy,
+            filters, 3, padding="same", activation="relu", kernel_initializer=init[i], dtype=policy
         )(x)
         x = keras.layers.MaxPooling2D(dtype=policy)(x)
     x = keras.layers.Flatten(dtype=policy)(x)
-    x = keras.layers.Dense(128, activation="relu", kernel_initializer=init(seed + 2), dtype=policy)(
-        x
-    )
-    logits = keras.layers.Dense(CLASSES, kernel_initializer=init(seed + 3), dtype="float32")(x)
+    x = keras.layers.Dense(128, activation="relu", kernel_initializer=init[2], dtype=policy)(x)
+    logits = keras.layers.Dense(CLASSES, kernel_initializer=init[3], dtype="float32")(x)
     return keras.Model(inputs, logits, name="cnn")
 
 
@@ -310,23 +267,16 @@ def build(strategy, learning_rate, **model_args):
 
 
 # ---- end of part ----
-
-
 # ---- part: step ----
 def make_train_step(model, optimizer, global_batch):
-    """One replica's step: its share of the loss averaged over the GLOBAL batch.
-
-    The optimizer sums the replicas' gradients, so each replica contributes its examples'
-    losses divided by the global batch; a per-replica mean would train R times too fast.
-    """
+    """One replica's step. The optimizer sums the replicas' gradients, so each replica's loss is
+    its examples' losses divided by the GLOBAL batch: a per-replica mean trains R times too fast."""
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     def replica_step(images, labels):
         with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = tf.nn.compute_average_loss(
-                loss_fn(labels, logits), global_batch_size=global_batch
-            )
+            per_example = loss_fn(labels, model(images, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
@@ -335,12 +285,9 @@ def make_train_step(model, optimizer, global_batch):
 
 
 def many_steps(strategy, replica_step, shape=()):
-    """steps(iterator, n): n steps in one tf.function call, one host round trip for all of them.
-
-    Returns the mean over the steps of what replica_step returns (of this shape), summed over
-    the replicas inside the loop: a per-replica value cannot leave a tf.range loop. Pass n as
-    a tensor (tf.constant), or each new number traces the function again.
-    """
+    """steps(iterator, n): n steps in one call (one host round trip), returning the mean over the
+    steps of replica_step's value (of this shape) summed over the replicas: a per-replica value
+    cannot leave a tf.range loop. Pass n as a tensor, or each new number traces again."""
 
     @tf.function
     def steps(iterator, n):
@@ -354,8 +301,6 @@ def many_steps(strategy, replica_step, shape=()):
 
 
 # ---- end of part ----
-
-
 # ---- part: evaluation ----
 def make_evaluate(strategy, model):
     """evaluate(iterator, n) -> (loss, accuracy, examples) over n padded batches."""
@@ -364,13 +309,8 @@ def make_evaluate(strategy, model):
     def replica_sums(images, labels, weights):  # sums, so padding (weight 0) adds nothing
         logits = model(images, training=False)
         hits = tf.cast(tf.argmax(logits, axis=1, output_type=tf.int32) == labels, tf.float32)
-        return tf.stack(
-            [
-                tf.reduce_sum(weights * loss_fn(labels, logits)),
-                tf.reduce_sum(weights * hits),
-                tf.reduce_sum(weights),
-            ]
-        )
+        weighted = [weights * loss_fn(labels, logits), weights * hits, weights]
+        return tf.stack([tf.reduce_sum(w) for w in weighted])
 
     sums = many_steps(strategy, replica_sums, shape=(3,))  # the step part's loop
 
@@ -382,24 +322,17 @@ def make_evaluate(strategy, model):
 
 
 # ---- end of part ----
-
-
 # ---- part: checkpoint ----
 # Where --ckpt-dir must be: somewhere that outlives the machine. Kaggle: under /kaggle/working
 # (the only folder kept with a notebook's version; the rest goes with the session). Colab:
 # Google Drive (drive.mount), since the runtime's disk is wiped when it is recycled. A TPU VM:
 # gs://bucket/..., since a preempted VM takes its disk along and every host of a pod must see
 # the same folder (tf.train.Checkpoint writes to gs:// directly).
-
-
 def checkpointing(folder, model, optimizer, order):
-    """Checkpoint manager of the model, Adam, the step and the data order it belongs to.
-
-    The step is the data position: with the same order (seed, global batch, examples) the
-    pipeline restarts exactly there. A save writes its files first and then renames the small
-    file "checkpoint" that names the latest save: killed before the rename, the previous save
-    stays the latest, so the steps since it are trained again from its state, never twice.
-    """
+    """Checkpoint manager of the model, Adam, the step and the data order (seed, global batch,
+    examples) that makes the step the data position. A save writes its files, then renames the
+    small file "checkpoint" that names the latest: killed before, the previous save stays the
+    latest, and the steps since it are trained again from its state, never twice."""
     step = tf.Variable(0, dtype=tf.int64, name="step")
     saved_order = tf.Variable(order, dtype=tf.int64, name="order")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step, order=saved_order)
@@ -407,18 +340,18 @@ def checkpointing(folder, model, optimizer, order):
 
 
 def restore(manager, step, saved_order, require=False):
-    """Restore the latest committed save, or start at step 0 (refused with `require`)."""
-    wanted = saved_order.numpy().tolist()
-    if manager.latest_checkpoint is None:
-        if require:
-            raise UsageError(
-                f"No checkpoint in {manager.directory} to resume from (--require-checkpoint)."
-            )
+    """Restore the latest committed save, return its step; without one 0 (`require`: an error)."""
+    wanted, latest = saved_order.numpy().tolist(), manager.latest_checkpoint
+    if latest is None and require:
+        raise UsageError(
+            f"No checkpoint in {manager.directory} to resume from (--require-checkpoint)."
+        )
+    if latest is None:
         return 0
-    manager.checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+    manager.checkpoint.restore(latest).assert_consumed()
     if saved_order.numpy().tolist() != wanted:
         raise UsageError(
-            f"{manager.latest_checkpoint} was trained with another seed, batch or data size "
+            f"{latest} was trained with another seed, batch or data size "
             f"{saved_order.numpy().tolist()}: resume with its settings or use a new --ckpt-dir."
         )
     return int(step.numpy())
@@ -429,8 +362,6 @@ def save_checkpoint(manager, step):
 
 
 # ---- end of part ----
-
-
 # ---- part: fit ----
 def fit_steps_per_execution(strategy, wanted):
     """More than 1 fails under MirroredStrategy with 2+ replicas (keras-team/keras#19246)."""
@@ -442,11 +373,8 @@ def fit_steps_per_execution(strategy, wanted):
 def compile_for_fit(strategy, model, optimizer, steps_per_execution):
     """The same model and optimizer, ready for Keras' fit (lesson 03_keras_compile_and_fit)."""
     with strategy.scope():
-        model.compile(
-            optimizer=optimizer,
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            steps_per_execution=steps_per_execution,
-        )
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(optimizer=optimizer, loss=loss, steps_per_execution=steps_per_execution)
     return model
 
 
@@ -456,26 +384,28 @@ def compile_for_fit(strategy, model, optimizer, steps_per_execution):
 LIVE = []  # main()'s distributed iterators, never deleted: see the end of this file
 
 
+def positive(text):
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 def parse_args(argv=None):
     class Parser(argparse.ArgumentParser):
         def error(self, message):
             raise UsageError(message[0].upper() + message[1:] + " (see --help).")
 
     p = Parser(prog="train_tpu", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--ckpt-dir", help="checkpoint folder (default: checkpoints, or checkpoints-smoke)"
-    )
+    p.add_argument("--ckpt-dir", help="checkpoint folder (default checkpoints[-smoke])")
     p.add_argument("--data-dir", default="fashion_mnist_tfrecords", help="TFRecord folder")
-    p.add_argument("--replicas", type=int, default=8, help="replicas of the simulated TPU on a CPU")
-    p.add_argument("--epochs", type=int, help="passes over the training data (default 5, smoke 3)")
-    p.add_argument(
-        "--per-replica-batch", type=int, default=64, help="examples per replica and step"
-    )
-    p.add_argument("--steps-per-call", type=int, default=50, help="steps per tf.function call")
-    p.add_argument("--save-every", type=int, help="steps between checkpoints (default: an epoch)")
+    p.add_argument("--replicas", type=positive, default=8, help="the simulated TPU's, on a CPU")
+    p.add_argument("--epochs", type=positive, help="passes over the data (default 5, smoke 3)")
+    p.add_argument("--per-replica-batch", type=positive, default=64, help="examples per replica")
+    p.add_argument("--steps-per-call", type=positive, default=50, help="steps per tf.function call")
+    p.add_argument("--save-every", type=positive, help="steps between saves (default an epoch)")
     p.add_argument("--learning-rate", type=float, default=2e-3, help="Adam's rate at batch 128")
-    p.add_argument("--train-examples", type=int, help="use only this many (default: all)")
-    p.add_argument("--test-examples", type=int, help="evaluate only this many (default: all)")
+    p.add_argument("--train-examples", type=positive, help="use only this many (default: all)")
+    p.add_argument("--test-examples", type=positive, help="evaluate only this many")
     p.add_argument("--seed", type=int, default=0, help="initial weights and data order")
     p.add_argument("--smoke", action="store_true", help="a quick check: 16384 images, 3 epochs")
     p.add_argument("--fit", action="store_true", help="train with compile/fit (no checkpoints)")
@@ -483,168 +413,122 @@ def parse_args(argv=None):
     p.add_argument("--cast-on-host", action="store_true", help="send float32 pixels, not uint8")
     p.add_argument("--require-checkpoint", action="store_true", help="refuse to start at step 0")
     args = p.parse_args(argv)
-    if args.epochs is None:
-        args.epochs = 3 if args.smoke else 5
-    if args.smoke and args.train_examples is None:
-        args.train_examples = 16384
+    args.epochs = args.epochs or (3 if args.smoke else 5)
+    args.train_examples = args.train_examples or (16384 if args.smoke else None)
     args.ckpt_dir = args.ckpt_dir or ("checkpoints-smoke" if args.smoke else "checkpoints")
-    for name in (
-        "replicas",
-        "epochs",
-        "per_replica_batch",
-        "steps_per_call",
-        "save_every",
-        "train_examples",
-        "test_examples",
-    ):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {value}.")
-    if args.per_replica_batch % 8:
-        print(
-            f"warning: a per-replica batch of {args.per_replica_batch} is not a multiple of "
-            "8; a TPU pads it to one and computes the padding for nothing.",
-            file=sys.stderr,
-        )
+    if args.per_replica_batch % 8:  # a TPU would pad it and compute the padding for nothing
+        print("warning: --per-replica-batch is not a multiple of 8.", file=sys.stderr)
     return args
-
-
-def writable(folder):
-    try:
-        tf.io.gfile.makedirs(folder)
-        probe = f"{folder}/.write-test-{os.getpid()}"
-        with tf.io.gfile.GFile(probe, "w") as f:
-            f.write("ok")
-        tf.io.gfile.remove(probe)
-    except (OSError, tf.errors.OpError) as err:
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UsageError(f"Cannot write to {folder} ({reason}).") from None
 
 
 def main(argv=None, strategy=None):
     """Run the script; `strategy`: one already connected (a notebook holding the TPU)."""
     args = parse_args(argv)
-    for folder in (args.data_dir, args.ckpt_dir):
-        writable(folder)
-    if args.require_checkpoint and not tf.train.latest_checkpoint(args.ckpt_dir):
+    for folder in (args.data_dir, args.ckpt_dir):  # fail now, not at the first save
+        try:
+            tf.io.gfile.makedirs(folder)
+            probe = f"{folder}/.write-test-{os.getpid()}"
+            with tf.io.gfile.GFile(probe, "w") as f:
+                f.write("ok")
+            tf.io.gfile.remove(probe)
+        except (OSError, tf.errors.OpError) as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UsageError(f"Cannot write to {folder} ({reason}).") from None
+    if args.require_checkpoint and not tf.train.latest_checkpoint(args.ckpt_dir):  # fail early
         raise UsageError(f"No checkpoint in {args.ckpt_dir} to resume from (--require-checkpoint).")
     start = time.perf_counter()
     strategy = strategy or connect(args.replicas)
-    replicas = strategy.num_replicas_in_sync
     keras.utils.set_random_seed(args.seed)  # the shuffle's order also depends on this seed
-    (x_train, y_train), (x_test, y_test) = load_fashion_mnist()
-    counts = write_tfrecords(args.data_dir, {"train": (x_train, y_train), "test": (x_test, y_test)})
+    train_arrays, test_arrays = load_fashion_mnist()
+    counts = write_tfrecords(args.data_dir, {"train": train_arrays, "test": test_arrays})
     train_examples = min(args.train_examples or sum(counts["train"]), sum(counts["train"]))
     test_examples = min(args.test_examples or sum(counts["test"]), sum(counts["test"]))
-    global_batch = args.per_replica_batch * replicas
+    global_batch = args.per_replica_batch * strategy.num_replicas_in_sync
     steps_per_epoch = train_examples // global_batch
     if steps_per_epoch < 1:
-        raise UsageError(
-            f"{train_examples} training examples are fewer than one batch of {global_batch}."
-        )
-    # Lesson 03_keras_compile_and_fit's rule for Adam: the rate grows with the square root of the global batch.
-    learning_rate = args.learning_rate * math.sqrt(global_batch / 128)
-    model, optimizer = build(
-        strategy,
-        learning_rate,
-        bf16=args.bf16,
-        seed=args.seed,
-        input_dtype="float32" if args.cast_on_host else "uint8",
-    )
+        raise UsageError(f"{train_examples} training examples make no batch of {global_batch}.")
     if args.fit:  # whole host calls per epoch (Keras rounds an epoch up to one)
-        spe = min(fit_steps_per_execution(strategy, args.steps_per_call), steps_per_epoch)
-        steps_per_epoch = steps_per_epoch // spe * spe
+        per_call = min(fit_steps_per_execution(strategy, args.steps_per_call), steps_per_epoch)
+        steps_per_epoch = steps_per_epoch // per_call * per_call
+    # Lesson 03_keras_compile_and_fit's rule for Adam: the rate grows with the square root of
+    # the global batch.
+    learning_rate = args.learning_rate * math.sqrt(global_batch / 128)
+    pixels = "float32" if args.cast_on_host else "uint8"
+    model, optimizer = build(
+        strategy, learning_rate, bf16=args.bf16, seed=args.seed, input_dtype=pixels
+    )
     order = [args.seed, global_batch, train_examples]
     manager, step, saved_order = checkpointing(args.ckpt_dir, model, optimizer, order)
     done = 0 if args.fit else restore(manager, step, saved_order, args.require_checkpoint)
     total = args.epochs * steps_per_epoch
-    kind = type(strategy).__name__
+    resumed = f"resumed at step {done}" if done else "starting at step 0"
     print(
-        f"{kind}, {replicas} replica(s), global batch {global_batch}, {steps_per_epoch} steps "
-        f"per epoch; " + (f"resumed at step {done}" if done else "starting at step 0")
+        f"{type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), global batch "
+        f"{global_batch}, {steps_per_epoch} steps per epoch; {resumed}"
     )
+
+    def distributed(make_dataset, *more, **kw):  # each host builds its share of global batches
+        def per_host(ctx):
+            batch = ctx.get_per_replica_batch_size(global_batch)
+            return make_dataset(args.data_dir, ctx, batch, *more, **kw)
+
+        iterator = iter(strategy.distribute_datasets_from_function(per_host))
+        LIVE.append(iterator)
+        return iterator
 
     eval_steps = math.ceil(test_examples / global_batch)
+    test_iterator = distributed(eval_dataset, eval_steps, test_examples, args.cast_on_host)
     evaluate = make_evaluate(strategy, model)
-    test = strategy.distribute_datasets_from_function(
-        lambda ctx: eval_dataset(
-            args.data_dir,
-            ctx,
-            ctx.get_per_replica_batch_size(global_batch),
-            eval_steps,
-            test_examples,
-            args.cast_on_host,
-        )
-    )
-    test_iterator = iter(test)
-    LIVE.append(test_iterator)
-    kw = dict(examples=train_examples, cast_on_host=args.cast_on_host, seed=args.seed)
+    accuracy, epoch_start = None, time.perf_counter()
 
-    def report(epoch, loss, seconds):
+    def report(epoch, loss, steps):  # steps: fewer than an epoch's after a restart mid-epoch
+        nonlocal accuracy, epoch_start
+        seconds = time.perf_counter() - epoch_start
         test_loss, accuracy, n = evaluate(test_iterator, eval_steps)
+        over = "" if steps == steps_per_epoch else f" (its last {steps} steps: resumed)"
         print(
-            f"epoch {epoch}/{args.epochs}: loss {loss:.4f}, test loss {test_loss:.4f}, "
+            f"epoch {epoch}/{args.epochs}: loss {loss:.4f}{over}, test loss {test_loss:.4f}, "
             f"test accuracy {accuracy:.4f} ({n} images), {seconds:.1f} s",
             flush=True,
         )
-        return accuracy
+        epoch_start = time.perf_counter()
 
-    accuracy = None
+    kw = dict(examples=train_examples, cast=args.cast_on_host, seed=args.seed)
     if args.fit:
         one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)  # global batches
-        train = train_dataset(
+        data = train_dataset(
             args.data_dir, one_pipeline, global_batch, steps_per_epoch, args.epochs, **kw
         )
-        compile_for_fit(strategy, model, optimizer, spe)
+        compile_for_fit(strategy, model, optimizer, per_call)
         model.make_train_function()  # Keras drops its iterator when fit returns: keep it (LIVE)
         keras_step = model.train_function
         model.train_function = lambda iterator: LIVE.append(iterator) or keras_step(iterator)
-        clock = [time.perf_counter()]
-
-        class Report(keras.callbacks.Callback):
-            def on_epoch_end(self, epoch, logs=None):
-                self.accuracy = report(epoch + 1, logs["loss"], time.perf_counter() - clock[0])
-                clock[0] = time.perf_counter()
-
+        log = keras.callbacks.LambdaCallback(
+            on_epoch_end=lambda epoch, logs: report(epoch + 1, logs["loss"], steps_per_epoch)
+        )
         # One fit call for all epochs: each call would start the data from its beginning.
-        reporter = Report()
+        epoch_start = time.perf_counter()
         model.fit(
-            train,
-            epochs=args.epochs,
-            steps_per_epoch=steps_per_epoch,
-            shuffle=False,
-            callbacks=[reporter],
-            verbose=0,
+            data, epochs=args.epochs, steps_per_epoch=steps_per_epoch, callbacks=[log], verbose=0
         )
-        accuracy, done = reporter.accuracy, total
-        print(f"fit with steps_per_execution={spe}")
+        done = total
+        print(f"fit with steps_per_execution={per_call}")
     elif done < total:
-        train = strategy.distribute_datasets_from_function(
-            lambda ctx: train_dataset(
-                args.data_dir,
-                ctx,
-                ctx.get_per_replica_batch_size(global_batch),
-                steps_per_epoch,
-                args.epochs,
-                done,
-                **kw,
-            )
-        )
-        iterator = iter(train)
-        LIVE.append(iterator)
+        train_iterator = distributed(train_dataset, steps_per_epoch, args.epochs, done, **kw)
         train_steps = many_steps(strategy, make_train_step(model, optimizer, global_batch))
         save_every = args.save_every or steps_per_epoch
-        losses, t = [], time.perf_counter()
+        loss_sum, steps = 0.0, 0  # this epoch's, since its start or the restart
+        epoch_start = time.perf_counter()
         while done < total:  # each call stops at the next save, epoch end or the end
             n = min(args.steps_per_call, *(e - done % e for e in (save_every, steps_per_epoch)))
-            losses.append((float(train_steps(iterator, tf.constant(n))), n))
+            loss_sum += float(train_steps(train_iterator, tf.constant(n))) * n
+            steps += n
             done = int(step.assign_add(n))
             if done % save_every == 0 or done % steps_per_epoch == 0:
                 save_checkpoint(manager, done)
             if done % steps_per_epoch == 0:
-                loss = sum(l * k for l, k in losses) / sum(k for _, k in losses)  # noqa: E741
-                accuracy = report(done // steps_per_epoch, loss, time.perf_counter() - t)
-                losses, t = [], time.perf_counter()
+                report(done // steps_per_epoch, loss_sum / steps, steps)
+                loss_sum, steps = 0.0, 0
     if accuracy is None:  # started after the last step: nothing left to train
         accuracy = evaluate(test_iterator, eval_steps)[1]
     saved = "no checkpoints (--fit)" if args.fit else f"checkpoints in {args.ckpt_dir}"

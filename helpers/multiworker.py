@@ -47,7 +47,7 @@ import numpy as np
 from helpers import batches, processes
 from helpers._arguments import positive_int
 
-# noqa: F401  (notebook 09_scaling_out_to_pods calls it here)
+# (notebook 09_scaling_out_to_pods calls it here)
 
 __all__ = [
     "LOOPBACK",
@@ -185,7 +185,6 @@ def isolation_available() -> bool:
 
     Tries it once: create the namespace, bring its loopback up, and run a program inside it.
     Containers often forbid one of these steps; the answer is then False.
-    Taught in notebook 09.
     """
     if not sys.platform.startswith("linux"):
         return False

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helpers.timing import epoch_timer  # noqa: F401  (notebook 05_bfloat16_mixed_precision calls precision.epoch_timer)
+# (notebook 05_bfloat16_mixed_precision calls precision.epoch_timer)
+from helpers.timing import epoch_timer  # noqa: F401
 
 __all__ = [
     "BITS",

@@ -137,7 +137,7 @@ def describe(strategy=None) -> StrategyInfo:
 
         if not train_tpu._CONNECTED:
             raise StrategyError("connect() has not been called in this kernel yet")
-        strategy = train_tpu._CONNECTED[0]
+        strategy = train_tpu._CONNECTED[0][0]  # (strategy, replicas asked for)
     dist = versions.tensorflow_distribution()
     found = _kind(strategy)
     return StrategyInfo(

@@ -168,3 +168,19 @@ def test_a_comment_made_too_long_moves_above_its_statement_not_into_a_split():
         "strategy = connect(REPLICAS)",
         "x = 1  # short",
     ]
+
+
+def test_a_pragma_stays_on_its_line_when_the_words_after_it_move_up():
+    # Moving "# noqa: F401" away from its import would let ruff's fix delete the import.
+    code = (
+        "from a import b as c  # noqa: F401  ("
+        + WORD
+        + " 01 calls it here, see"
+        + " x" * 30
+        + ")\n"
+    )
+    converted = lessons.convert({_("~@x.py"): code}, NUMBERS)[_("~@x.py")]
+    assert converted.splitlines() == [
+        "# (" + WORD + " 01_second calls it here, see" + " x" * 30 + ")",
+        "from a import b as c  # noqa: F401",
+    ]

@@ -274,9 +274,8 @@ def test_the_checks_without_a_planted_failure_still_ran_and_passed(planted):
         if key not in PLANTED_SAYS:
             assert check["status"] in ("pass", "info") and check["evidence"], check
     md = planted["markdown"]
-    assert (
-        "** FAILED there:" in md and "| Custom loop: N replicas match one | 04 | **FAIL** |" in md
-    )
+    row = "| Custom loop: N replicas match one | 04_custom_training_loops | **FAIL** |"
+    assert "** FAILED there:" in md and row in md
 
 
 # --- Every judge on planted evidence, without TensorFlow ---------------------------------------
@@ -496,7 +495,10 @@ def test_the_connect_check_fails_with_what_it_found(monkeypatch):
 
 
 def _plan(*fns, budget=(5, 5)):
-    return [base.Check(f"c{i}", f"check {i}", "00", budget, fn) for i, fn in enumerate(fns)]
+    return [
+        base.Check(f"c{i}", f"check {i}", "00_tpu_self_test", budget, fn)
+        for i, fn in enumerate(fns)
+    ]
 
 
 def _boom(context):

@@ -1,8 +1,12 @@
 """train_tpu.py, the reference script: what it imports, its errors, its accuracy and its resume.
 
-Training runs are fresh processes (a simulated TPU needs its own TensorFlow runtime). The
-custom-loop run that checks the accuracy floor is also the uninterrupted reference of the
-kill-and-resume test: killed runs must end with its weights, bit for bit.
+Training runs are fresh processes (a simulated TPU needs its own TensorFlow runtime). On every
+stack: the cheap checks and one very small run. The full runs are marked slow (make test runs
+them on the main stack only), since the lessons run the same on every stack: 03 `--fit` and its
+floor, 04 the custom loop and its floor, 08 the SIGKILL mid-save and the bit-for-bit resume, 08
+and 10 the first-step loss and the readiness check. The custom-loop run
+that checks the accuracy floor is also the uninterrupted reference of the kill-and-resume test:
+killed runs must end with its weights, bit for bit.
 """
 
 from __future__ import annotations
@@ -91,8 +95,8 @@ def test_imports_only_tensorflow_keras_numpy_and_the_standard_library():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--epochs", "0"], "--epochs must be at least 1, not 0."),
-        (["--per-replica-batch", "eight"], "Argument --per-replica-batch: invalid int value"),
+        (["--epochs", "0"], "Argument --epochs: must be a whole number of at least 1, not '0'"),
+        (["--replicas", "eight"], "Argument --replicas: must be a whole number of at least 1, not"),
         (["--bogus"], "Unrecognized arguments: --bogus (see --help)."),
     ],
 )
@@ -134,6 +138,53 @@ def test_help_lists_the_options(capsys):
         assert option in text, option
 
 
+def test_connect_again_with_another_replica_count_is_refused(monkeypatch):
+    """The CPU is split once per process: connect(4) after connect(8) cannot return 4 replicas.
+    A TPU or GPU strategy (no count asked for) is returned whatever the count."""
+    simulated, tpu = object(), object()
+    monkeypatch.setattr(train_tpu, "_CONNECTED", [(simulated, 8)])
+    assert train_tpu.connect(8) is simulated
+    with pytest.raises(train_tpu.UsageError, match=r"^This process simulates 8 replica\(s\)"):
+        train_tpu.connect(4)
+    monkeypatch.setattr(train_tpu, "_CONNECTED", [(tpu, None)])
+    assert train_tpu.connect(4) is tpu
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """A few TFRecords, written by the script's own parts: 1,024 training and 300 test images."""
+    folder = tmp_path_factory.mktemp("small") / "records"
+    (x, y), (xt, yt) = train_tpu.load_fashion_mnist()
+    train_tpu.write_tfrecords(
+        str(folder), {"train": (x[:1024], y[:1024]), "test": (xt[:300], yt[:300])}
+    )
+    return folder
+
+
+def test_a_very_small_run_prints_a_line_per_epoch_and_evaluates_every_test_image(
+    tmp_path, small_data
+):
+    # 2 replicas of 32: a global batch of 64, 16 steps per epoch; 300 test images fill 5
+    # batches, the last one padded.
+    args = (
+        "--replicas 2 --per-replica-batch 32 --epochs 2 --steps-per-call 4 --save-every 6".split()
+    )
+    args += ["--data-dir", str(small_data), "--ckpt-dir", "ckpt"]
+    done = _run(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == (
+        "MirroredStrategy, 2 replica(s), global batch 64, 16 steps per epoch; starting at step 0"
+    )
+    for epoch, line in enumerate(lines[1:3], 1):
+        assert re.match(rf"epoch {epoch}/2: loss [0-9.]+, test loss [0-9.]+, test accuracy", line)
+        assert "(300 images)" in line
+    assert lines[3].startswith("done: 32 steps, test accuracy")
+    assert "on all 300 test images" in lines[3] and len(lines) == 4
+    assert _weights(tmp_path / "ckpt")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 32
+
+
+@pytest.mark.slow
 def test_the_custom_loop_reaches_the_floor(reference):
     stdout, _ = reference
     assert len(re.findall(r"^epoch \d/3: loss", stdout, re.M)) == 3
@@ -141,17 +192,22 @@ def test_the_custom_loop_reaches_the_floor(reference):
     assert "on all 10000 test images" in stdout
 
 
+@pytest.mark.slow
 def test_killed_mid_save_and_mid_epoch_it_ends_with_the_same_weights(tmp_path, data_dir, reference):
     args = [*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"]
     # Killed inside the save of step 32 after its files are in place, before the commit:
-    # ckpt-16 stays the latest. Then killed just before the save of step 48, mid-epoch 2.
-    for kill_at, phase in ((32, "merge"), (48, "before")):
+    # ckpt-16 stays the latest. Then killed just before the save of step 64 (the end of epoch 2):
+    # the restart resumes mid-epoch 2, at step 48, and its epoch line says so.
+    for kill_at, phase in ((32, "merge"), (64, "before")):
         kill = ["--kill-at", str(kill_at), "--phase", phase, "--"]
         killed = _run([*kill, *args], tmp_path, prefix=KILLER)
         assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = _run([*args, "--require-checkpoint"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed at step 32" in resumed.stdout
+    assert "resumed at step 48" in resumed.stdout
+    assert re.search(
+        r"^epoch 2/3: loss [0-9.]+ \(its last 16 steps: resumed\)", resumed.stdout, re.M
+    )
     expected, got = _weights(reference[1]), _weights(tmp_path / "ckpt")
     assert expected.keys() == got.keys() and len(got) > 10
     for name, value in expected.items():
@@ -186,6 +242,7 @@ print(json.dumps({"losses": losses, "findings": findings}))
 """
 
 
+@pytest.mark.slow
 def test_8_replicas_and_one_device_give_the_same_first_loss_and_readiness_is_clean(
     tmp_path, data_dir
 ):
@@ -197,6 +254,7 @@ def test_8_replicas_and_one_device_give_the_same_first_loss_and_readiness_is_cle
     assert result["findings"] == []
 
 
+@pytest.mark.slow
 def test_fit_reaches_the_floor(tmp_path, data_dir):
     done = _run(["--smoke", "--fit", "--data-dir", str(data_dir)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -267,6 +267,9 @@ def _convert_text(text: str, markdown: bool, prefix: str, numbers: dict[str, str
     return "".join(pieces) + text[last:]
 
 
+PRAGMA = re.compile(
+    r"#\s*(noqa(?::\s*[A-Z]+\d+(?:,\s*[A-Z]+\d+)*)?|fmt:\s*\w+|type:\s*\S+)?\s*(.*)$"
+)
 LINE_LENGTH = 100  # ruff's (pyproject.toml): past it, ruff format splits a statement
 # What ruff format leaves as it is: a plain import, a statement already split after its bracket.
 UNSPLITTABLE = re.compile(r"^\s*(?:import [\w.]+(?: as \w+)?\s*|.*[(\[{]\s*|\s*)$")
@@ -285,7 +288,10 @@ def _comment_above(code: str, numbers: dict[str, str]) -> str:
         splittable = not UNSPLITTABLE.match(line[:col])
         if splittable and len(line) > LINE_LENGTH and named.search(token.string):
             indent = line[: len(line) - len(line.lstrip())]
-            lines[row - 1 : row] = [indent + token.string, line[:col].rstrip()]
+            # A pragma (noqa, fmt:, type:) stays on its line; only the words after it move up.
+            pragma, words = PRAGMA.match(token.string).groups()
+            kept = line[:col].rstrip() + (f"  # {pragma.rstrip()}" if pragma else "")
+            lines[row - 1 : row] = [f"{indent}# {words.strip()}", kept]
     moved = "\n".join(lines)
     return moved if _parses(moved) or not _parses(code) else code  # e.g. after a backslash
 
