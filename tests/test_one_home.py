@@ -95,7 +95,6 @@ def test_moving_kaggle_to_python_3_13_is_one_edit(tmp_path):
     assert "| Kaggle, TPU VM v5e-8 |" in _routes_page(copy) and "2.20.0" in _routes_page(copy)
     lesson = _markdown(copy / "notebooks" / "01_tpu_detection_and_connection.ipynb")
     assert "runs Python <!-- fact kaggle.python -->3.13<!-- end -->" in lesson
-    assert "(Python <!-- fact kaggle.python -->3.13<!-- end -->)" in lesson
     assert "<!-- fact kaggle.route -->`tensorflow-tpu==2.20.0` `libtpu==0.0.14`" in lesson
     assert "3.12" not in (copy / "notebooks" / "manifest.toml").read_text()
     header = (copy / "requirements-kaggle.txt").read_text()
