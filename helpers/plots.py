@@ -188,8 +188,8 @@ def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, gri
 
     Each core shows the replica (colour and ``r``) and the logical device (``l``) it serves;
     on slices with several hosts, dashed outlines group the chips of one host. Slices with
-    several z planes draw the planes side by side. Returns the matplotlib figure. Taught in
-    notebook 07_model_parallelism, which calls it as ``topology.plot_assignments``: that one passes
+    several z planes draw the planes side by side. Returns the matplotlib figure.
+    Used in notebook 07_model_parallelism, which calls it as ``topology.plot_assignments``: that one passes
     ``grid=topology.assignment_grid`` (the replica and logical device of every core), so this
     module imports nothing from the modules that use it.
     """

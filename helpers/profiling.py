@@ -203,8 +203,7 @@ def retracing_warning_hidden():
     """Hide TensorFlow's "triggered tf.function retracing" warning for the ``with`` block.
 
     The lesson finds retracing in the profile; the warning would give the answer away (and it
-    appears only after five retraces in a row, so it is no substitute for a profile). Taught in
-    notebook 11_profiling_a_training_step.
+    appears only after five retraces in a row, so it is no substitute for a profile).
     Taught in notebook 11.
     """
     logger = logging.getLogger("tensorflow")
@@ -219,17 +218,15 @@ def retracing_warning_hidden():
 class NoStepMarkers(ValueError):
     """A profile without the ``step()`` markers that say where each training step begins.
 
-    Raised by :func:`extract`; :func:`profile_calls` takes the profile again once. Taught in
-    notebook 11_profiling_a_training_step.
+    Raised by :func:`extract`; :func:`profile_calls` takes the profile again once.
+    Used in notebook 11_profiling_a_training_step.
     """
 
 
 def _xplane_proto():
-    try:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    except ImportError:  # older layouts of the TensorFlow wheel
-        from tsl.profiler.protobuf import xplane_pb2
-    return xplane_pb2
+    from helpers import tf_internals
+
+    return tf_internals.xplane_proto()
 
 
 def extract(xplane_path: str | os.PathLike) -> dict:
@@ -649,8 +646,7 @@ def profiler_tool(xplane_path: str | os.PathLike, tool: str):
 
     ``tool`` is a TensorBoard Profile tab's tool, e.g. ``"input_pipeline_analyzer"``,
     ``"framework_op_stats"`` or ``"overview_page"``. Needs the ``xprof`` package (the
-    profiler behind TensorBoard's Profile tab). Its C++ log lines are dropped. Taught in
-    notebook 11_profiling_a_training_step.
+    profiler behind TensorBoard's Profile tab). Its C++ log lines are dropped.
     Taught in notebook 11.
     """
     with quiet._captured_stderr():

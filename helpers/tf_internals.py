@@ -15,7 +15,11 @@ import numpy as np
 __all__ = [
     "assign_to_logical_device",
     "auto_shard",
+    "float64_enum",
+    "has_xla_cpu_kernel",
+    "is_stateful_op",
     "omit_retracing_warning",
+    "py_function_callback",
     "replicate_to_logical_devices",
     "save_steps",
     "split_to_logical_devices",
@@ -23,6 +27,7 @@ __all__ = [
     "validate_tpu_run_function",
     "write_checkpoint_state",
     "xla_op_sharding",
+    "xplane_proto",
 ]
 
 
@@ -178,3 +183,59 @@ def untuned_distributed_input(tf) -> bool:
 
     owned.__init__ = owned_init
     return True
+
+
+# --- what the readiness check and the profile reader read from TensorFlow's registries -----------
+
+
+def py_function_callback(token: str):
+    """The Python callable a ``tf.py_function``/``PyFunc`` op with ``token`` calls back, or None.
+
+    ``script_ops._py_funcs`` is the private registry of those callbacks (readiness, 10): the graph
+    stores only the token, and the report names the function behind it.
+    """
+    from tensorflow.python.ops import script_ops
+
+    return script_ops._py_funcs.get(token)
+
+
+def is_stateful_op(op: str) -> bool:
+    """Whether TensorFlow registers ``op`` as stateful (an unknown op counts as stateful).
+
+    ``op_def_registry`` is not public; the readiness check (10) needs it to tell a random op with a
+    fixed seed from one that changes at every step.
+    """
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op)
+    return op_def is None or op_def.is_stateful
+
+
+def has_xla_cpu_kernel(op: str) -> bool | None:
+    """Whether ``op`` has an XLA kernel (registered for ``XLA_CPU_JIT``); None if unknowable.
+
+    The kernel registry (``tensorflow.python.framework.kernels``) is private; the readiness check
+    (10) uses it to find ops an XLA-compiled TPU step cannot run.
+    """
+    try:
+        from tensorflow.python.framework import kernels
+    except ImportError:  # pragma: no cover - present in every TF 2 release
+        return None
+    registered = kernels.get_registered_kernels_for_op(op).kernel
+    return any(k.device_type == "XLA_CPU_JIT" for k in registered)
+
+
+def float64_enum() -> int:
+    """``DT_DOUBLE`` of TensorFlow's ``types.proto``: how a GraphDef's attributes name float64."""
+    from tensorflow.core.framework import types_pb2
+
+    return types_pb2.DT_DOUBLE
+
+
+def xplane_proto():
+    """The ``xplane_pb2`` module a profile's ``.xplane.pb`` is parsed with (profiling, 11)."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    except ImportError:  # older layouts of the TensorFlow wheel
+        from tsl.profiler.protobuf import xplane_pb2
+    return xplane_pb2

@@ -44,9 +44,9 @@ def _transformation(ds, function_name: str) -> str:
 
 def _python_callable(token: bytes) -> str | None:
     """The Python function a ``PyFunc`` op calls back, as ``name() at file:line``."""
-    from tensorflow.python.ops import script_ops
+    from helpers import tf_internals
 
-    func = script_ops._py_funcs.get(token.decode())  # private registry of py_function callbacks
+    func = tf_internals.py_function_callback(token.decode())
     func = getattr(func, "_func", func)  # tf.py_function wraps it in an EagerFunc
     if func is None:
         return None

@@ -44,10 +44,9 @@ def _scopes(graph_def):
 
 
 def _is_stateful(op: str) -> bool:
-    from tensorflow.python.framework import op_def_registry
+    from helpers import tf_internals
 
-    op_def = op_def_registry.get(op)
-    return op_def is None or op_def.is_stateful
+    return tf_internals.is_stateful_op(op)
 
 
 def _constant(name: str, by_name: dict, known: dict, depth: int = 0) -> bool:

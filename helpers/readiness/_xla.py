@@ -86,24 +86,22 @@ def graph_nodes(concrete):
 
 def _has_xla_kernel(op: str, cache: dict) -> bool | None:
     if op not in cache:
-        try:
-            from tensorflow.python.framework import kernels  # TF's own kernel registry
-        except ImportError:  # pragma: no cover - present in every TF 2 release
-            return None
-        registered = kernels.get_registered_kernels_for_op(op).kernel
-        cache[op] = any(k.device_type == "XLA_CPU_JIT" for k in registered)
+        from helpers import tf_internals
+
+        cache[op] = tf_internals.has_xla_cpu_kernel(op)
     return cache[op]
 
 
 def _produces_float64(node) -> bool:
-    from tensorflow.core.framework import types_pb2
+    from helpers import tf_internals
 
+    double = tf_internals.float64_enum()
     if node.op in ("Placeholder", "_Arg"):
         return False  # inputs are reported by the dataset check
     if node.op == "Cast":
-        return node.attr["DstT"].type == types_pb2.DT_DOUBLE  # casting *from* float64 is the cure
+        return node.attr["DstT"].type == double  # casting *from* float64 is the cure
     for key in ("T", "dtype", "Tout", "out_type"):
-        if key in node.attr and node.attr[key].type == types_pb2.DT_DOUBLE:
+        if key in node.attr and node.attr[key].type == double:
             return True
     return False
 

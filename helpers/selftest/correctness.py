@@ -286,8 +286,8 @@ def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
 
 
 def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
-    """Status and summary of :func:`replica_equivalence` from its evidence. Taught in
-    notebook 00_tpu_self_test.
+    """Status and summary of :func:`replica_equivalence` from its evidence.
+    Used in notebook 00_tpu_self_test.
     """
     diff, tol = evidence["max_weight_difference"], evidence["tolerance"]
     runs = (

@@ -320,8 +320,8 @@ def keras_recipes(context: Context) -> Outcome:
 
 
 def judge_recipes(evidence: dict) -> Outcome:
-    """Status and summary of :func:`keras_recipes` on a TPU, from its evidence. Taught in
-    notebook 00_tpu_self_test.
+    """Status and summary of :func:`keras_recipes` on a TPU, from its evidence.
+    Used in notebook 00_tpu_self_test.
     """
     rates, ratio = evidence["examples_per_second"], evidence["speedup"]
     names = list(rates)
