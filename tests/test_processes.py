@@ -110,8 +110,9 @@ def test_a_child_started_with_sigint_ignored_gets_ctrl_c_back(tmp_path):
         "import pathlib, sys, time\n"
         "from helpers import processes\n"
         "processes.default_sigint()\n"
-        f"pathlib.Path({str(ready)!r}).touch()\n"
-        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(7)\n"
+        # Ready only inside the try: a Ctrl-C before it would end the child with -2, not 7.
+        f"try:\n    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n    sys.exit(7)\n"
     )
     child = subprocess.Popen(
         [sys.executable, "-c", code],
