@@ -74,6 +74,8 @@ smoke: $(READY)
 PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # nbval runs the stored lessons that finish in full mode within about 20 s (`nbval = true` in
 # notebooks/manifest.toml), as a contributor would: `pytest --nbval-lax notebooks/NN_name.ipynb`.
+# It cannot pass parameters, so it runs them on the lessons' default replicas: only on a stack whose
+# platform has that many (not colab's one core, where it would be a run no user makes).
 # Each notebook is executed once, by run_notebooks; pytest then checks the executed copies
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
 # On the main stack, make test then runs the slow end-to-end tests and the browser checks (the
@@ -81,12 +83,15 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # child processes and the browser, which overlaps well on two workers. (One run for both was
 # tried: about 90 s faster, but JupyterLab and the book's server then start beside the runner's
 # kernels, and a kernel once lost its port to them.)
+# The tests marked tools (a maintainer's tool: the book, lint, sync, the runner's own cases) run
+# on the main stack only, where those tools run; the other stacks run what touches their versions.
 MAIN_ONLY = $(filter main,$(STACK))
 test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
-	$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
-		$$($(BIN)/python tools/manifest.py --nbval)
+	$(if $(REPLICAS),,$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
+		$$($(BIN)/python tools/manifest.py --nbval))
 	$(SMOKE_RUN) --cell-timeout 900 || true
-	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests -m "not slow and not browser"
+	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests \
+		-m "not slow and not browser$(if $(MAIN_ONLY),, and not tools)"
 	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \
 		$(PYTEST) tests -m "slow or browser")
 

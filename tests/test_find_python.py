@@ -8,6 +8,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 import find_python  # noqa: E402
+import pytest
+
+pytestmark = pytest.mark.tools  # a maintainer's tool: make test runs these on the main stack only
 
 
 def test_finds_an_interpreter_of_the_running_version():
