@@ -83,6 +83,7 @@ def test_mesh_shape():
         jax_port.mesh_shape(0)
 
 
+@pytest.mark.slow  # notebook 12_keras3_on_jax asserts the same on every stack
 def test_keras_on_jax_without_tensorflow(run_python):
     """What notebook 12_keras3_on_jax does, small: 8 and 1 simulated devices agree, sharded or not."""
     proc = run_python(

@@ -328,6 +328,7 @@ def test_plot_run_shows_each_worker():
     plt.close("all")
 
 
+@pytest.mark.slow  # notebook 09_scaling_out_to_pods asserts the same on every stack
 def test_training_on_two_workers_matches_one_process(tmp_path):
     tf = pytest.importorskip("tensorflow")
     import train_tpu

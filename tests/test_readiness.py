@@ -1009,6 +1009,9 @@ print("MULTI_REPLICA_OK")
 """
 
 
+# Lessons 02_building_in_strategy_scope (an unbuilt Adam) and 10_tpu_readiness_check (a model
+# built outside the scope, steps_per_execution) assert these failures on every 8-replica stack.
+@pytest.mark.slow
 def test_on_eight_replicas(run_python):
     out = run_python(MULTI_REPLICA).stdout
     assert "MULTI_REPLICA_OK" in out
