@@ -74,8 +74,8 @@ smoke: $(READY)
 PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # nbval runs the stored lessons that finish in full mode within about 20 s (`nbval = true` in
 # notebooks/manifest.toml), as a contributor would: `pytest --nbval-lax notebooks/NN_name.ipynb`.
-# It cannot pass parameters, so it runs them on the lessons' default replicas: only on a stack whose
-# platform has that many (not colab's one core, where it would be a run no user makes).
+# It runs on the main stack, where contributors work (the runner below runs every lesson on every
+# stack); nbval cannot pass parameters, so on colab's stack it would be a run no user makes.
 # Each notebook is executed once, by run_notebooks; pytest then checks the executed copies
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
 # On the main stack, make test then runs the slow end-to-end tests and the browser checks (the
@@ -87,7 +87,7 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # on the main stack only, where those tools run; the other stacks run what touches their versions.
 MAIN_ONLY = $(filter main,$(STACK))
 test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
-	$(if $(REPLICAS),,$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
+	$(if $(MAIN_ONLY),$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 		$$($(BIN)/python tools/manifest.py --nbval))
 	$(SMOKE_RUN) --cell-timeout 900 || true
 	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests \
