@@ -71,7 +71,8 @@ smoke: $(READY)
 # Two pytest workers: much of a test's time is a fresh process importing TensorFlow or waiting
 # for a worker process, which overlaps well on 2 cores. A module's tests stay on one worker
 # (tests/conftest.py says which modules' tests are spread instead).
-PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
+# --durations: every run's log names its slowest tests, so a test that grows is seen.
+PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --durations=8
 # nbval runs the stored lessons that finish in full mode within about 20 s (`nbval = true` in
 # notebooks/manifest.toml), as a contributor would: `pytest --nbval-lax notebooks/NN_name.ipynb`.
 # It runs on the main stack, where contributors work (the runner below runs every lesson on every
@@ -80,9 +81,10 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
 # On the main stack, make test then runs the slow end-to-end tests and the browser checks (the
 # book built from the smoke run, and JupyterLab), as one more pytest run: much of it waits on
-# child processes and the browser, which overlaps well on two workers. (One run for both was
-# tried: about 90 s faster, but JupyterLab and the book's server then start beside the runner's
-# kernels, and a kernel once lost its port to them.)
+# child processes and the browser, so it takes three workers: 322 s instead of 342 s with two
+# (one run each; two kept the CPU 161% busy, three 180%). One run for unit and slow tests was
+# tried and saved about 10 s, but JupyterLab and the book's server then start beside the
+# runner's kernels, and a kernel once lost its port to them.
 # The tests marked tools (a maintainer's tool: the book, lint, sync, the runner's own cases) run
 # on the main stack only, where those tools run; the other stacks run what touches their versions.
 MAIN_ONLY = $(filter main,$(STACK))
@@ -93,7 +95,7 @@ test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
 	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests \
 		-m "not slow and not browser$(if $(MAIN_ONLY),, and not tools)"
 	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \
-		$(PYTEST) tests -m "slow or browser")
+		$(PYTEST) -n 3 tests -m "slow or browser")
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
 test-unit: $(READY)
