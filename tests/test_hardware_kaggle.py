@@ -79,8 +79,16 @@ def lane(
     command += ["--stale-grace", "0.6", "--records", str(tmp_path / "records")]
     command += ["--out", str(tmp_path / "out"), *args]
     with KaggleStandIn(scenario) as kaggle:
+        # A shell's background job (`make test &`) starts with Ctrl-C ignored, and a Python child
+        # then installs no KeyboardInterrupt handler: the lane gets back the default a user has.
         proc = subprocess.Popen(
-            command, cwd=ROOT, env=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command,
+            cwd=ROOT,
+            env=base,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         if signal_at:
             signal_at(kaggle, proc)

@@ -83,59 +83,35 @@ def test_mesh_shape():
         jax_port.mesh_shape(0)
 
 
-@pytest.mark.slow  # notebook 12_keras3_on_jax asserts the same on every stack
-def test_keras_on_jax_without_tensorflow(run_python):
-    """What notebook 12_keras3_on_jax does, small: 8 and 1 simulated devices agree, sharded or not."""
+@pytest.mark.slow
+def test_the_equivalence_verdict_catches_a_2_percent_learning_rate_change(run_python):
+    """Notebook 12_keras3_on_jax asserts, on every stack, that 8 devices and one agree, sharded or
+    not. The verdict it asserts is not vacuous: the same batches from the same weights with a 2%
+    larger learning rate must fail it (one device each: the verdict, not the devices, is tested)."""
     proc = run_python(
         """
         import json, sys
         from helpers import jax_port
-        jax_port.configure(8)
-        import jax, keras, numpy as np
-        from helpers import data, jax_port, models
+        jax_port.configure(1)
+        import jax, keras
+        from helpers import data, loops, models
 
-        devices = jax.devices()
-        assert len(devices) == 8 and keras.backend.backend() == "jax"
-        images = data.load_images("digits")
+        images = data.digits()
         make = lambda: models.build_classifier(images.image_shape, hidden=256, l2=1e-4)
-        one = keras.distribution.DataParallel(devices=devices[:1])
-        mesh = keras.distribution.DeviceMesh((2, 4), ("batch", "model"), devices)
-        layout = keras.distribution.LayoutMap(mesh)  # notebook 12_keras3_on_jax's map
-        layout["hidden/kernel"] = (None, "model")
-        layout["hidden/bias"] = ("model",)
-        layout["logits/kernel"] = ("model", None)
-        sharded = keras.distribution.ModelParallel(layout_map=layout, batch_dim_name="batch")
-        out = {}
-        for name, dist in (("data", keras.distribution.DataParallel(devices=devices)),
-                           ("model", sharded)):
-            eq = jax_port.check_device_equivalence(
-                dist, one, make, images.x_train, images.y_train, 64, steps=2
-            )
-            out[name] = [eq.ok, eq.max_weight_diff, eq.tolerance, eq.replicas]
-        with sharded.scope():
-            kernel = make().get_layer("hidden").kernel.value
-        out["shards"] = sorted({s.data.shape for s in kernel.addressable_shards})
-        # The tolerance is not vacuous: a 2% larger learning rate on the same batches is caught.
-        start, a, _, _ = jax_port.train_same_batches(
-            one, make, images.x_train, images.y_train, 64, steps=2
+        one = keras.distribution.DataParallel(devices=jax.devices()[:1])
+        args = (one, make, images.x_train, images.y_train, 64)
+        start, a, loss_a, names = jax_port.train_same_batches(*args, steps=2)
+        _, b, loss_b, _ = jax_port.train_same_batches(
+            *args, steps=2, weights=start, learning_rate=0.102
         )
-        _, b, _, _ = jax_port.train_same_batches(
-            one, make, images.x_train, images.y_train, 64, steps=2, weights=start,
-            learning_rate=0.102,
-        )
-        out["lr_diff"] = max(float(np.max(np.abs(p - q))) for p, q in zip(a, b))
-        out["tensorflow"] = "tensorflow" in sys.modules
-        print(json.dumps(out))
+        verdict = loops.compare_runs((1, 1), 2, names, start, (b, a), (loss_b, loss_a), 1e-3)
+        print(json.dumps({"ok": verdict.ok, "tensorflow": "tensorflow" in sys.modules}))
         """,
         env={"KERAS_BACKEND": None, "XLA_FLAGS": None},
     )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["tensorflow"] is False, "TensorFlow was imported in the JAX process"
-    for name in ("data", "model"):
-        ok, diff, tolerance, devices = out[name]
-        assert ok and diff <= tolerance and devices == 8, (name, out[name])
-    assert out["shards"] == [[64, 64]]  # 256 hidden units over a model axis of 4
-    assert out["lr_diff"] > out["data"][2], "a 2% learning-rate change must exceed the tolerance"
+    assert out["ok"] is False, "a 2% learning-rate change must exceed the tolerance"
 
 
 def test_placement_names_the_spec_and_the_devices():

@@ -25,7 +25,7 @@ LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # loading the data, feeding it, stepping, evaluating, predicting, checkpointing.
 TWIN_CALL = re.compile(
     r"\bhelpers\.connect\(|\bstrategy\.connect\(|from helpers(?:\.strategy)? import [^\n]*\bconnect\b"
-    r"|\bmodels\.build_classifier\(|\bdata\.(?:load_images|make_dataset)\("
+    r"|\bmodels\.build_classifier\(|\bdata\.(?:digits|make_dataset)\("
     r"|\bloops\.(?:make_train_steps|make_eval_steps|predict|build_optimizer)\("
     r"|\bfitting\.steps_per_execution_for\(|\bcheckpoints\.(?:make_checkpoint|restore)\("
     r"|\bpreemption\.(?:build|resumable_dataset)\("
@@ -58,7 +58,7 @@ def test_the_pattern_finds_each_kind_of_twin_call():
         "strategy = helpers.connect(SIMULATED_REPLICAS)",
         "from helpers import connect, results",
         "model = models.build_classifier((28, 28))",
-        "images = data.load_images(DATASET)",
+        "images = data.digits()",
         "steps = loops.make_train_steps(strategy, model, optimizer, 64)",
         "spe = fitting.steps_per_execution_for(strategy, 8).value",
     ):

@@ -16,7 +16,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from helpers import multiworker as M
@@ -326,44 +325,6 @@ def test_plot_run_shows_each_worker():
     assert grouped.shape == (3, 500) and grouped[1].nonzero()[0].tolist() == [1, 499]
     assert grouped[0].nonzero()[0].tolist() == [0, 1, 2, 3] and grouped[2].tolist() == [0] * 500
     plt.close("all")
-
-
-@pytest.mark.slow  # notebook 09_scaling_out_to_pods asserts the same on every stack
-def test_training_on_two_workers_matches_one_process(tmp_path):
-    tf = pytest.importorskip("tensorflow")
-    import train_tpu
-
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (96, *train_tpu.IMAGE_SHAPE[:2]), dtype=np.uint8)
-    y = rng.integers(0, 10, 96).astype(np.uint8)
-    train_tpu.write_tfrecords(str(tmp_path), {"train": (x, y), "test": (x[:8], y[:8])})
-    steps, batch = 6, 16
-    run = M.train_on_loopback(tmp_path, global_batch_size=batch, steps=steps, timeout=400)
-    a, b = sorted(run.workers, key=lambda w: w.task_id)
-    assert (a.task_id, b.task_id) == (0, 1)
-    assert a.replicas_in_sync == b.replicas_in_sync == 2
-    assert len(a.devices) == len(b.devices) == 1  # one CPU device per worker process
-    assert {a.input_pipeline_id, b.input_pipeline_id} == {0, 1}
-    assert len(a.files) == len(b.files) == train_tpu.SHARDS // 2
-    assert set(a.files).isdisjoint(b.files)  # each worker read its own files
-    assert len(a.example_ids) == len(b.example_ids) == steps * batch // 2
-    assert set(a.example_ids).isdisjoint(b.example_ids)
-    assert all(np.array_equal(p, q) for p, q in zip(a.weights, b.weights, strict=True))
-    assert a.losses == b.losses and all(np.isfinite(a.losses))
-    assert not any(alive(pid) for pid in run.pids)
-
-    # One device, the same global batches (each step: worker 0's share, then worker 1's).
-    shares = [np.split(np.array(w.example_ids), steps) for w in (a, b)]
-    ids = np.concatenate([np.concatenate(step) for step in zip(*shares, strict=True)])
-    one = tf.distribute.OneDeviceStrategy("/cpu:0")
-    model, optimizer = train_tpu.build(one, run.learning_rate, bf16=False, seed=run.seed)
-    start = [v.numpy() for v in model.weights]
-    replay = train_tpu.many_steps(one, train_tpu.make_train_step(model, optimizer, batch))
-    data = tf.data.Dataset.from_tensor_slices((x[ids][..., None], y[ids].astype(np.int32)))
-    replay(iter(data.batch(batch)), tf.constant(steps))
-    moved = max(np.abs(w - s).max() for w, s in zip(a.weights, start, strict=True))
-    error = max(np.abs(w - v.numpy()).max() for w, v in zip(a.weights, model.weights, strict=True))
-    assert error < 1e-3 * moved  # same update as one device on the global batch, up to rounding
 
 
 def test_train_on_loopback_checks_its_arguments(tmp_path):

@@ -26,7 +26,7 @@ N = 512  # examples: enough for a few batches, quick to build
 
 @pytest.fixture(scope="module")
 def digits():
-    images = data.load_images("digits")
+    images = data.digits()
     return images.x_train[:N], images.y_train[:N]
 
 
@@ -895,7 +895,7 @@ strategy = helpers.connect(8)
 import numpy as np, keras, tensorflow as tf
 from helpers import data, loops, models, readiness
 
-images = data.load_images("digits", max_train=512)
+images = data.digits(max_train=512)
 ds = data.make_dataset(images.x_train, images.y_train, 128, replicas=8)
 
 # 1. The notebooks' own pipeline and model, built in the scope: clean.

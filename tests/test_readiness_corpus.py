@@ -14,6 +14,9 @@ The public corpus (``tests/readiness_public_cases.py``, expectations with their 
 keras-io's TPU and distributed-training examples. Every expected problem must be reported with
 its severity and words, every expected note as a note, and nothing else as a warning or an error;
 the check must not crash. ``test_public_corpus_figures`` prints the counts.
+
+Both corpora measure the checker, in about 50 s: they run once, on the main stack (marked slow).
+Lessons 03_keras_compile_and_fit and 10_tpu_readiness_check run the checker on every stack.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+pytestmark = pytest.mark.slow
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

@@ -40,7 +40,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 BATCH, STEPS_PER_CALL, TINY_BATCH, TINY_STEPS_PER_CALL = 128, 3, 64, 10
-images = data.load_images("digits", max_train=512)
+images = data.digits(max_train=512)
 x = pipelines.to_photos(images.x_train, 32).astype("float32") / 255.0
 digits = images.x_train.astype("float32")  # 8x8
 

@@ -147,7 +147,7 @@ def replicas_text(n: int) -> str:
 def digits():
     from helpers import data
 
-    return data.load_images("digits")  # offline and small: the same data on every machine
+    return data.digits()  # offline and small: the same data on every machine
 
 
 def lesson_images(count: int):

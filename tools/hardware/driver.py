@@ -44,7 +44,7 @@ __all__ = ["RUNNER_PACKAGES", "build_record", "main", "selftest_figures"]
 ROOT = records.ROOT
 # What tools/run_notebooks.py and the lessons need beyond TensorFlow and Keras (installed at the
 # pins of requirements-tools.txt; a TPU image has some of them at other versions, or none).
-RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof", "scikit-learn")
+RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof")
 PASSED = ("passed", "cached")
 QUICK_LESSONS = ("tpu_detection_and_connection",)
 QUICK = f"lesson {', '.join(QUICK_LESSONS)}"
