@@ -25,6 +25,10 @@ ifeq ($(STACK),main)
   VENV ?= .venv
 else ifeq ($(STACK),kaggle)
   REQUIREMENTS ?= requirements-kaggle.txt
+  # Beside its lessons, the kaggle stack runs the tests of the script a learner takes to Kaggle
+  # and the checks of the executed lessons. The helpers' unit tests run on main and colab:
+  # 71 s a CI run, for a stack whose TensorFlow and Python every one of its 13 lessons runs on.
+  TESTS ?= tests/test_executed_notebooks.py tests/test_train_tpu.py
 else ifeq ($(STACK),colab)
   REQUIREMENTS ?= requirements-colab.txt
 else
@@ -40,6 +44,7 @@ ifneq ($(STACK_REPLICAS),$(DEFAULT_REPLICAS))
   REPLICAS ?= $(STACK_REPLICAS)
 endif
 VENV ?= .venv-$(STACK)
+TESTS ?= tests
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 BOOK_READY := $(VENV)/.ready-requirements-book.txt
@@ -86,13 +91,14 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --durations=8
 # tried and saved about 10 s, but JupyterLab and the book's server then start beside the
 # runner's kernels, and a kernel once lost its port to them.
 # The tests marked tools (a maintainer's tool: the book, lint, sync, the runner's own cases) run
-# on the main stack only, where those tools run; the other stacks run what touches their versions.
+# on the main stack only, where those tools run; the other stacks run what touches their versions
+# (TESTS: the kaggle stack's are set with its requirements above).
 MAIN_ONLY = $(filter main,$(STACK))
 test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
 	$(if $(MAIN_ONLY),$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 		$$($(BIN)/python tools/manifest.py --nbval))
 	$(SMOKE_RUN) --cell-timeout 900 || true
-	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests \
+	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) $(TESTS) \
 		-m "not slow and not browser$(if $(MAIN_ONLY),, and not tools)"
 	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \
 		$(PYTEST) -n 3 tests -m "slow or browser")
@@ -178,9 +184,12 @@ release: $(READY)
 # same pinned requirements as pip would, several times faster (under a minute instead of about 3
 # for a stack's ~600 MB of wheels), which matters because CI builds three environments from scratch.
 UV_VERSION := 0.13.9
-# --compile-bytecode, as pip does: with PYTHONDONTWRITEBYTECODE set (as on some CI machines) an
+# --compile-bytecode where PYTHONDONTWRITEBYTECODE is set (as on some CI machines): there an
 # uncompiled TensorFlow takes 21 s instead of 8 to import, in every kernel and child process.
-UV_PIP = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+# Elsewhere Python compiles each module on its first import and keeps it: compiling all three
+# CI environments ahead took 100 CPU-s of the 124 their builds took (.ci/run unsets the variable).
+UV_PIP = $(BIN)/uv pip install --quiet $(if $(PYTHONDONTWRITEBYTECODE),--compile-bytecode) \
+	--python $(BIN)/python
 
 $(READY): $(REQUIREMENTS) requirements-tools.txt pyproject.toml
 	$(if $(STACK_PYTHON),python3 tools/find_python.py $(STACK_PYTHON) >/dev/null)
