@@ -19,7 +19,7 @@ order, each step's output in ``OUT``:
    it took: the route installed, the lessons, the TPU connected, each self-test check.
 
 ``--quick`` is the first light: the route, lesson 01_tpu_detection_and_connection and the self-test (both in full), and the
-reference script's ``--smoke`` run once the commit has it (:func:`reference_script`); its record
+reference script's ``--smoke`` run (:func:`reference_script`); its record
 can verify the platform's route and nothing else (``hardware.records``).
 
 Exit status: 0 every lesson passed, 1 a lesson or the self-test failed, 2 no record. The last
@@ -48,8 +48,7 @@ RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof")
 PASSED = ("passed", "cached")
 QUICK_LESSONS = ("tpu_detection_and_connection",)
 QUICK = f"lesson {', '.join(QUICK_LESSONS)}"
-# The reference script a learner takes home (being written on its own branch): the quick run
-# runs its smoke mode as soon as the commit under test has it, and records why not until then.
+# The reference script a learner takes home: the quick run runs its smoke mode.
 REFERENCE_SCRIPT = "train_tpu"
 
 
@@ -108,15 +107,8 @@ def install(platform: str, out: Path) -> tuple[str | None, dict]:
 
 
 def reference_script(args, env: dict) -> dict:
-    """THE REFERENCE SCRIPT HOOK (quick runs): ``python -m train_tpu --smoke`` when it exists.
-
-    Until the commit under test has the module, the step is recorded as skipped with the reason,
-    so the first quick run after it lands runs it with no change here.
-    """
+    """The quick run's last step: ``python -m train_tpu --smoke``, as a learner first runs it."""
     began = time.perf_counter()
-    if not (ROOT / f"{REFERENCE_SCRIPT}.py").exists() and not (ROOT / REFERENCE_SCRIPT).is_dir():
-        reason = f"{REFERENCE_SCRIPT} is not in commit {args.commit[:12]}: nothing to run yet"
-        return _step("reference script", "skipped", began, reason)
     command = [sys.executable, "-m", REFERENCE_SCRIPT, "--smoke"]
     code = _run(command, args.out / "reference-script.log", env=env, cwd=ROOT)
     detail = f"python -m {REFERENCE_SCRIPT} --smoke exited {code}"
