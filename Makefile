@@ -25,10 +25,6 @@ ifeq ($(STACK),main)
   VENV ?= .venv
 else ifeq ($(STACK),kaggle)
   REQUIREMENTS ?= requirements-kaggle.txt
-  # Beside its lessons, the kaggle stack runs the tests of the script a learner takes to Kaggle
-  # and the checks of the executed lessons. The helpers' unit tests run on main and colab:
-  # 71 s a CI run, for a stack whose TensorFlow and Python every one of its 13 lessons runs on.
-  TESTS ?= tests/test_executed_notebooks.py tests/test_train_tpu.py
 else ifeq ($(STACK),colab)
   REQUIREMENTS ?= requirements-colab.txt
 else
@@ -44,7 +40,6 @@ ifneq ($(STACK_REPLICAS),$(DEFAULT_REPLICAS))
   REPLICAS ?= $(STACK_REPLICAS)
 endif
 VENV ?= .venv-$(STACK)
-TESTS ?= tests
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 BOOK_READY := $(VENV)/.ready-requirements-book.txt
@@ -90,16 +85,17 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --durations=8
 # (one run each; two kept the CPU 161% busy, three 180%). One run for unit and slow tests was
 # tried and saved about 10 s, but JupyterLab and the book's server then start beside the
 # runner's kernels, and a kernel once lost its port to them.
-# The tests marked tools (a maintainer's tool: the book, lint, sync, the runner's own cases) run
-# on the main stack only, where those tools run; the other stacks run what touches their versions
-# (TESTS: the kaggle stack's are set with its requirements above).
+# The helpers' unit tests run on the main stack. The kaggle and colab stacks run every lesson (what
+# users run there) and the tests marked stacks: the checks of the executed lessons, the reference
+# script's tests, and the probes of what the helpers rely on in TensorFlow and Keras (Keras' fit
+# rules, dtype policies, TensorFlow's logging and internals). The rest took 68-71 s a stack.
 MAIN_ONLY = $(filter main,$(STACK))
 test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
 	$(if $(MAIN_ONLY),$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 		$$($(BIN)/python tools/manifest.py --nbval))
 	$(SMOKE_RUN) --cell-timeout 900 || true
-	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) $(TESTS) \
-		-m "not slow and not browser$(if $(MAIN_ONLY),, and not tools)"
+	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests \
+		-m "$(if $(MAIN_ONLY),,stacks and )not slow and not browser"
 	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \
 		$(PYTEST) -n 3 tests -m "slow or browser")
 

@@ -24,7 +24,10 @@ from runner import summary as run_summary  # noqa: E402
 
 RUN = os.environ.get("FIELD_GUIDE_EXECUTED")
 PATHS = notebook_files.notebook_paths()
-pytestmark = pytest.mark.skipif(not RUN, reason="needs FIELD_GUIDE_EXECUTED (make test sets it)")
+pytestmark = [
+    pytest.mark.skipif(not RUN, reason="needs FIELD_GUIDE_EXECUTED (make test sets it)"),
+    pytest.mark.stacks,  # every stack checks its own executed lessons
+]
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,8 @@ import pytest
 
 from helpers import fitting
 
+pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
+
 NO_TPU = {"ISTPUVM": None, "TPU_NAME": None, "TPU_ACCELERATOR_TYPE": None}
 
 

@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from helpers import models, precision
 
+pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
+
 
 @pytest.mark.parametrize(
     ("name", "reference"),

@@ -10,6 +10,8 @@ from conftest import _run_python
 
 from helpers import processes
 
+pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
+
 JUPYTER_LIKE = """
 import logging, sys
 sys.ps1 = ">>> "  # defined in Jupyter's kernel: TensorFlow then logs to stdout

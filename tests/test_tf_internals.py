@@ -14,6 +14,8 @@ import tensorflow as tf
 from helpers import tf_internals
 from helpers import topology as topo
 
+pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
+
 
 def test_tpu_run_check_refuses_pure_eager_and_accepts_a_tf_function():
     def replica_id():

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "train_tpu.py"
 sys.path.insert(0, str(ROOT))

@@ -6,6 +6,8 @@ import pytest
 
 from helpers import processes, versions
 
+pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
+
 
 def _metadata(monkeypatch, present: dict[str, str]) -> None:
     def version(name):
