@@ -219,6 +219,12 @@ def test_stderr_policy_honours_the_tag_and_counts_harmless_lines_apart():
     tolerant = summary.unexpected_stderr(nb, every_line=True, tolerate=True)
     assert tolerant == [strict[0], strict[1], strict[3]]
     assert summary.inspect(nb)["tf_log_lines"] == 2
+    # The kernel forwards stderr in chunks, and a chunk may end in the middle of a line.
+    split = {"output_type": "stream", "name": "stderr", "text": absl[:40]}
+    rest = {"output_type": "stream", "name": "stderr", "text": absl[40:] + "\n"}
+    torn = {"cells": [cell([split, rest])]}
+    assert summary.unexpected_stderr(torn, every_line=True, tolerate=True) == []
+    assert summary.unexpected_stderr(torn, every_line=True, tolerate=False) == [(0, absl)]
 
 
 def test_each_stack_mode_and_selection_writes_its_own_folder():

@@ -42,11 +42,14 @@ def _stderr_outputs(notebook: dict, every_cell: bool):
             continue
         if not every_cell and EXPECTED_STDERR_TAG in cell.get("metadata", {}).get("tags", []):
             continue
+        stderr = []
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
                 yield index, f"{output.get('ename')}: {output.get('evalue')}"
             elif output.get("name") == "stderr":
-                yield index, source({"source": output.get("text", "")})
+                stderr.append(source({"source": output.get("text", "")}))
+        if stderr:  # one text: the kernel forwards stderr in chunks that may end mid-line
+            yield index, "".join(stderr)
 
 
 def unexpected_stderr(
