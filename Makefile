@@ -79,8 +79,13 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --durations=8
 # stack); nbval cannot pass parameters, so on colab's stack it would be a run no user makes.
 # Each notebook is executed once, by run_notebooks; pytest then checks the executed copies
 # (tests/test_executed_notebooks.py: passed, no stderr outside cells tagged expected-stderr).
+# make test executes what users run: every lesson's full version (make run's, two at a time, in
+# make run's folder, so either skips what the other just passed), on the main stack and on
+# colab's (one replica: the many-steps-per-call branches a TPU takes). The kaggle stack runs the
+# quick versions: its full run differs from main's only in Python and TensorFlow (8 replicas both),
+# and passed and failed the same lessons as main's (README, "What CI runs").
 # On the main stack, make test then runs the slow end-to-end tests and the browser checks (the
-# book built from the smoke run, and JupyterLab), as one more pytest run: much of it waits on
+# book built from that run, and JupyterLab), as one more pytest run: much of it waits on
 # child processes and the browser, so it takes three workers: 322 s instead of 342 s with two
 # (one run each; two kept the CPU 161% busy, three 180%). One run for unit and slow tests was
 # tried and saved about 10 s, but JupyterLab and the book's server then start beside the
@@ -90,13 +95,14 @@ PYTEST = $(BIN)/python -m pytest -p no:cacheprovider -n 2 --durations=8
 # script's tests, and the probes of what the helpers rely on in TensorFlow and Keras (Keras' fit
 # rules, dtype policies, TensorFlow's logging and internals). The rest took 68-71 s a stack.
 MAIN_ONLY = $(filter main,$(STACK))
+TEST_RUN = $(if $(filter kaggle,$(STACK)),$(SMOKE_RUN),$(RUN) --jobs $(JOBS) $(RUN_ARGS))
 test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
 	$(if $(MAIN_ONLY),$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 		$$($(BIN)/python tools/manifest.py --nbval))
-	$(SMOKE_RUN) --cell-timeout 900 || true
-	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(PYTEST) tests \
+	$(TEST_RUN) --cell-timeout 1200 || true
+	FIELD_GUIDE_EXECUTED=$$($(TEST_RUN) --where) $(PYTEST) tests \
 		-m "$(if $(MAIN_ONLY),,stacks and )not slow and not browser"
-	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) \
+	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(TEST_RUN) --where) \
 		$(PYTEST) -n 3 tests -m "slow or browser")
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
@@ -107,8 +113,8 @@ test-slow: $(READY)
 	$(PYTEST) tests -m slow
 
 test-notebooks: $(READY)
-	$(SMOKE_RUN) --cell-timeout 900 || true
-	FIELD_GUIDE_EXECUTED=$$($(SMOKE_RUN) --where) $(BIN)/python -m pytest \
+	$(TEST_RUN) --cell-timeout 1200 || true
+	FIELD_GUIDE_EXECUTED=$$($(TEST_RUN) --where) $(BIN)/python -m pytest \
 		tests/test_executed_notebooks.py -p no:cacheprovider
 
 lint: $(READY)
@@ -153,7 +159,8 @@ check-routes: $(READY)
 	$(BIN)/python tools/check_routes.py
 
 # The platform watch: helpers/routes.py against what Colab, Kaggle and the package index publish
-# (online; RECORDED=tests/data/platforms/2026-11 reads saved copies, as the tests do).
+# (online; RECORDED=today reads the saved copies that stand for today, as the tests do:
+# tools/platforms.py's TODAY names them; RECORDED=DIR reads another folder).
 platforms: $(READY)
 	$(BIN)/python tools/platforms.py $(if $(RECORDED),--recorded $(RECORDED))
 

@@ -370,6 +370,16 @@ def fit_steps_per_execution(strategy, wanted):
     return 1
 
 
+def epoch_plan(batches, wanted):
+    """(steps per call, steps per epoch) for fit, which runs whole calls only: the most steps per
+    call, up to `wanted`, whose calls leave under 1% of a pass's `batches` out. Rounding the
+    epoch down to calls of `wanted` can drop far more: 58 batches at 32 per call train 32."""
+    for per_call in range(min(wanted, batches), 1, -1):
+        if batches % per_call < batches / 100:
+            return per_call, batches - batches % per_call
+    return 1, batches
+
+
 def compile_for_fit(strategy, model, optimizer, steps_per_execution):
     """The same model and optimizer, ready for Keras' fit (lesson 03_keras_compile_and_fit)."""
     with strategy.scope():
@@ -444,12 +454,13 @@ def main(argv=None, strategy=None):
     train_examples = min(args.train_examples or sum(counts["train"]), sum(counts["train"]))
     test_examples = min(args.test_examples or sum(counts["test"]), sum(counts["test"]))
     global_batch = args.per_replica_batch * strategy.num_replicas_in_sync
-    steps_per_epoch = train_examples // global_batch
-    if steps_per_epoch < 1:
+    batches = train_examples // global_batch  # whole batches per pass
+    if batches < 1:
         raise UsageError(f"{train_examples} training examples make no batch of {global_batch}.")
-    if args.fit:  # whole host calls per epoch (Keras rounds an epoch up to one)
-        per_call = min(fit_steps_per_execution(strategy, args.steps_per_call), steps_per_epoch)
-        steps_per_epoch = steps_per_epoch // per_call * per_call
+    steps_per_epoch = batches  # the custom loop ends a pass with a shorter call if need be
+    if args.fit:  # fit runs whole host calls (it would round an epoch up to one more)
+        wanted = fit_steps_per_execution(strategy, args.steps_per_call)
+        per_call, steps_per_epoch = epoch_plan(batches, wanted)
     # Lesson 03_keras_compile_and_fit's rule for Adam: the rate grows with the square root of
     # the global batch.
     learning_rate = args.learning_rate * math.sqrt(global_batch / 128)
@@ -462,9 +473,10 @@ def main(argv=None, strategy=None):
     done = 0 if args.fit else restore(manager, step, saved_order, args.require_checkpoint)
     total = args.epochs * steps_per_epoch
     resumed = f"resumed at step {done}" if done else "starting at step 0"
+    share = f" ({steps_per_epoch / batches:.1%} of {batches} batches)" * (steps_per_epoch < batches)
     print(
         f"{type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), global batch "
-        f"{global_batch}, {steps_per_epoch} steps per epoch; {resumed}"
+        f"{global_batch}, {steps_per_epoch} steps per epoch{share}; {resumed}"
     )
 
     def distributed(make_dataset, *more, **kw):  # each host builds its share of global batches

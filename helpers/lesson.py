@@ -6,7 +6,8 @@ a few lines:
 
 1. the helpers found are this collection's, at the release the lessons are written for (a
    branch install, the fallback when the release tag is not published, is said so);
-2. TensorFlow's log lines stay out of the cells (:mod:`helpers.quiet`);
+2. TensorFlow's log lines stay out of the cells (:mod:`helpers.quiet`), and without a TPU its
+   CPU memory goes back to the system when freed (the lessons' 2 GiB budget);
 3. the TensorFlow here can drive the hardware here, or the cell stops with the fix
    (:func:`helpers.runtime.ensure_tensorflow`); for Keras on JAX, the JAX backend is set up
    instead (:func:`helpers.jax_port.configure`);
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 
 import helpers
 from helpers import jax_port, quiet, runtime, versions
@@ -30,6 +32,7 @@ __all__ = ["ForeignHelpers", "install_source", "start"]
 PROJECT = "tpu-field-guide"
 # Where the helpers install from: `make sync` writes it from pyproject.toml's repository setting.
 REPOSITORY = "https://github.com/tpu-field-guide/tpu-field-guide"
+ONEDNN_SYSTEM_ALLOCATOR = "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"
 
 
 class ForeignHelpers(ImportError):
@@ -97,6 +100,12 @@ def start(
     version = _check_release(release)
     hints = runtime.tpu_hints()
     if backend == "tensorflow":
+        if not hints:
+            # TensorFlow's oneDNN CPU allocator pools what it frees and never returns it, so a
+            # lesson's peak memory would be all it ever held; the system allocator returns it,
+            # at the same speed (10_tpu_readiness_check on the simulated TPU: 2.1 GiB -> 1.85). Set before
+            # TensorFlow starts; the processes a lesson starts inherit it.
+            os.environ.setdefault(ONEDNN_SYSTEM_ALLOCATOR, "1")
         quiet.quiet_tensorflow()  # before TensorFlow's first import
         runtime.ensure_tensorflow()  # stops here, with the fix, if TF can't drive the TPU
         if not hints:

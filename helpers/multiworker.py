@@ -14,7 +14,8 @@ Two layers:
 - :func:`train_on_loopback` uses it to train the reference script's model on N workers, with
   the script's pipeline and step (each runs the program :mod:`helpers._programs.worker`, whose
   ``train_worker`` notebook 09_scaling_out_to_pods prints), and returns what every worker read and ended with, so a
-  notebook can check that the shards were disjoint and that all workers hold the same weights.
+  notebook can check that the shards were disjoint and that all workers hold the same weights,
+  and worker 0's weights after every step, so that it can repeat each step on one device.
 
 Each worker uses one CPU device: these are separate processes, not the notebook's simulated TPU.
 
@@ -404,6 +405,7 @@ class WorkerOutcome:
     """What one worker reports after training: its files, examples, losses and final weights.
 
     ``example_ids``: the training-set numbers of the examples its pipeline gave, step by step.
+    ``history``: the weights after each step (worker 0's only; the others hold the same).
     """
 
     task_id: int
@@ -417,6 +419,7 @@ class WorkerOutcome:
     seconds: float = 0.0
     startup_seconds: float = 0.0
     files: list[str] = field(default_factory=list)
+    history: list[list[np.ndarray]] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -493,4 +496,10 @@ def _load_outcome(prefix: Path, run: WorkerRun) -> WorkerOutcome:
     report = json.loads(report_path.read_text())
     with np.load(prefix.with_suffix(".npz")) as saved:
         weights = [saved[f"w{i}"] for i in range(len(saved.files))]
-    return WorkerOutcome(weights=weights, seconds=run.seconds, **report)
+    history = []
+    for step in range(len(report["losses"])):
+        path = prefix.parent / f"{prefix.name}-step{step}.npz"
+        if path.exists():
+            with np.load(path) as saved:
+                history.append([saved[f"arr_{i}"] for i in range(len(saved.files))])
+    return WorkerOutcome(weights=weights, seconds=run.seconds, history=history, **report)

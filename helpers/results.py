@@ -14,7 +14,7 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["RESULTS_ENV", "count", "record"]
+__all__ = ["RESULTS_ENV", "append", "count", "record"]
 
 RESULTS_ENV = "FIELD_GUIDE_RESULTS"
 
@@ -41,6 +41,14 @@ def count(name: str) -> int | None:
     key = f"_{name}"
     saved = _merge(lambda saved: saved.update({key: saved.get(key, 0) + 1}))
     return None if saved is None else saved[key]
+
+
+def append(name: str, value) -> None:
+    """Append ``value`` to the silent list ``_<name>`` of the run's results (nothing printed;
+    outside a headless run, nothing kept). :mod:`helpers.blocks` records the blocks that ran.
+    """
+    key = f"_{name}"
+    _merge(lambda saved: saved.update({key: [*saved.get(key, []), value]}))
 
 
 def _merge(change) -> dict | None:

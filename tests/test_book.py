@@ -79,6 +79,7 @@ def test_the_run_page_is_made_from_the_runs_summary(tmp_path):
                 "notebook": "03_x.ipynb",
                 "status": "passed",
                 "seconds": 12.5,
+                "peak_gib": 1.23,
                 "headline": "held-out accuracy 91.0%",
                 "results": {"val_accuracy": 0.91, "_readiness_clean": 2, "global_batch": 128},
             }
@@ -86,7 +87,7 @@ def test_the_run_page_is_made_from_the_runs_summary(tmp_path):
     }
     (tmp_path / "summary.json").write_text(json.dumps(record))
     text = pages.run_page(tmp_path)
-    assert "| [03](03_x.ipynb) | passed | 12.5 | held-out accuracy 91.0% |" in text
+    assert "| [03](03_x.ipynb) | passed | 12.5 | 1.23 | held-out accuracy 91.0% |" in text
     assert "| 03 | `val_accuracy` | 0.91 |" in text and "| 03 | `global_batch` | 128 |" in text
     assert "_readiness_clean" not in text and "Stack: python 3.11.7, tensorflow 2.21.0." in text
 

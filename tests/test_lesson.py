@@ -63,3 +63,23 @@ def test_the_one_line_names_the_hardware_or_its_simulation():
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="backend"):
         lesson.start(f"v{lesson.helpers.__version__}", backend="torch")
+
+
+def test_without_a_tpu_tensorflow_returns_freed_cpu_memory(tmp_path):
+    # oneDNN's own CPU allocator never gives back what it frees; lessons run within 2 GiB only
+    # with the system allocator, which start() selects before TensorFlow starts.
+    import subprocess
+    import sys
+
+    from helpers import processes
+
+    code = (
+        "import os\nfrom helpers import lesson\n"
+        f"lesson.start('v{lesson.helpers.__version__}', 2)\n"
+        f"print(os.environ.get({lesson.ONEDNN_SYSTEM_ALLOCATOR!r}))"
+    )
+    env = processes.child_env({lesson.ONEDNN_SYSTEM_ALLOCATOR: None, "ISTPUVM": None})
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "1"

@@ -1,7 +1,8 @@
 """helpers.multiworker: worker processes on loopback, always stopped, and real multi-worker training.
 
-Most tests launch tiny Python workers (no TensorFlow) to check the process handling quickly; one
-test trains for real with MultiWorkerMirroredStrategy.
+Most tests launch tiny Python workers (no TensorFlow) to check the process handling quickly; the
+last two check what a worker reports: its weights after every step, and the numbers of the
+examples it read (notebook 09_scaling_out_to_pods trains for real and replays every step).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import multiworker as M
@@ -330,3 +332,49 @@ def test_plot_run_shows_each_worker():
 def test_train_on_loopback_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="does not split over 2 workers"):
         M.train_on_loopback(tmp_path, global_batch_size=5)
+
+
+def test_outcome_holds_worker_0s_weights_after_every_step(tmp_path):
+    report = {
+        "task_id": 0,
+        "replicas_in_sync": 2,
+        "devices": [],
+        "input_pipeline_id": 0,
+        "num_input_pipelines": 2,
+        "example_ids": [0, 2],
+        "losses": [2.0, 1.5],
+        "startup_seconds": 1.0,
+    }
+    prefix = tmp_path / "worker0"
+    prefix.with_suffix(".json").write_text(json.dumps(report))
+    np.savez(prefix.with_suffix(".npz"), w0=np.full(3, 2.0), w1=np.zeros(1))
+    for step in range(2):
+        np.savez(tmp_path / f"worker0-step{step}.npz", np.full(3, float(step)), np.zeros(1))
+    run = M.WorkerRun(0, 1, 0, 1.0, tmp_path / "worker0.log")
+    outcome = M._load_outcome(prefix, run)
+    assert [[w.tolist() for w in step] for step in outcome.history] == [
+        [[0.0] * 3, [0.0]],
+        [[1.0] * 3, [0.0]],
+    ]
+    assert outcome.weights[0].tolist() == [2.0] * 3
+    (tmp_path / "worker0-step1.npz").unlink()  # another worker saves no steps
+    assert len(M._load_outcome(prefix, run).history) == 1
+
+
+def test_example_numbers_follow_the_batches_read_twice_too(tmp_path):
+    import tensorflow as tf
+
+    import train_tpu
+    from helpers._programs import worker
+
+    images = np.arange(32, dtype=np.uint8)[:, None, None] * np.ones((28, 28), np.uint8)
+    labels = np.arange(32) % 10
+    train_tpu.write_tfrecords(str(tmp_path), {"train": (images, labels), "test": (images, labels)})
+    ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    counts = json.loads((tmp_path / "info.json").read_text())["train"]
+    first = np.cumsum([0, *counts])
+    mine = [int(i) for k in range(1, len(counts), 2) for i in range(first[k], first[k + 1])]
+    wanted = [mine[3], mine[0], mine[3], mine[-1]]  # out of order, one read twice
+    batches = tf.data.Dataset.from_tensor_slices(images[wanted][..., None]).batch(2)
+    batches = batches.map(lambda x: (x, tf.zeros(tf.shape(x)[0], tf.int32)))
+    assert worker._example_numbers(batches, str(tmp_path), ctx) == wanted

@@ -183,3 +183,18 @@ def test_nothing_after_an_aside_needs_its_code(notebook):
         outside |= defined
         only_in_aside -= defined
     assert not needs, f"{path.name}: cells after an aside read {needs}, defined only in the aside"
+
+
+def test_every_block_that_only_some_runtimes_take_declares_where_it_runs(notebook):
+    # An `if` on where the lesson runs (REPLICAS, ON_TPU, ...: tools/runner/blocks.py) opens with
+    # runs_on(...), so the runner can fail a run on a place the block is written for where it
+    # did not run (tests/test_runner.py plants one).
+    from runner import blocks
+
+    path, nb = notebook
+    undeclared = [
+        f"cell {cell}, line {line}: if {condition}"
+        for cell, line, condition, places in blocks.conditional_blocks(nb)
+        if places is None
+    ]
+    assert not undeclared, f"{path.name}: blocks without runs_on(...): {undeclared}"

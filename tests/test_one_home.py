@@ -249,3 +249,25 @@ def test_changing_the_training_lessons_per_replica_batch_is_one_manifest_edit(tm
         if name.startswith(("helpers/", "tools/")) and re.search(rf"PER_REPLICA\w* = {old}\b", text)
     ]
     assert stale == []
+
+
+@pytest.mark.slow
+def test_recording_a_new_platform_snapshot_is_one_folder_and_one_name(tmp_path):
+    # A new snapshot in which Kaggle's TPU image moved to Python 3.13: the folder, then the one
+    # name in tools/platforms.py; the tests' and `make platforms RECORDED=today`'s reading follows.
+    copy = _copy(tmp_path)
+    recorded = copy / "tests" / "data" / "platforms"
+    shutil.copytree(recorded / "kaggle-python-3.13", recorded / "2026-12")
+    _edit_sync_lint(copy, "tools/platforms.py", 'TODAY = "2026-11"', 'TODAY = "2026-12"')
+    done = subprocess.run(
+        [sys.executable, "tools/platforms.py", "--recorded", "today"],
+        cwd=copy, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 1 and 'PLATFORMS["kaggle"] python="3.13"' in done.stdout
+    # The platform tests read the new snapshot too: today's "no drift" now sees Kaggle's move.
+    test = "tests/test_platforms.py::test_todays_recorded_platforms_show_no_drift"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", test],
+        cwd=copy, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 1 and "1 failed" in done.stdout

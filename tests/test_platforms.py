@@ -16,11 +16,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import platforms  # noqa: E402
 
-RECORDED = ROOT / "tests" / "data" / "platforms"
+RECORDED = platforms.RECORDED
+TODAY = RECORDED / platforms.TODAY  # the snapshot that stands for today
 
 
 def test_todays_recorded_platforms_show_no_drift(capsys):
-    assert platforms.main(["--recorded", str(RECORDED / "2026-11")]) == 0
+    assert platforms.main(["--recorded", "today"]) == 0
     assert "No platform fact moved" in capsys.readouterr().out
 
 
@@ -32,7 +33,7 @@ def test_kaggle_on_python_3_13_names_exactly_that_edit(capsys):
 
 
 def test_each_kind_of_move_gets_its_own_edit():
-    today = platforms.read_published(RECORDED / "2026-11")
+    today = platforms.read_published(TODAY)
     moved = dataclasses.replace(
         today,
         colab_tensorflow="tensorflow 2.21.0",
@@ -63,7 +64,7 @@ def test_the_readers_follow_the_published_formats():
 
 
 def test_a_missing_source_exits_2_naming_it(tmp_path, capsys):
-    shutil.copytree(RECORDED / "2026-11", tmp_path / "partial")
+    shutil.copytree(TODAY, tmp_path / "partial")
     (tmp_path / "partial" / "config.txt").unlink()
     assert platforms.main(["--recorded", str(tmp_path / "partial")]) == 2
     assert "config.txt" in capsys.readouterr().err

@@ -140,6 +140,62 @@ def test_a_failing_cell_is_reported_and_the_run_fails(tmp_path, run):
     assert "| 02 bad | FAILED |" in printed
 
 
+def test_a_block_that_never_runs_where_it_says_fails_the_run(tmp_path, run):
+    # Declared for the simulated TPU, but its condition can never be true: on the simulated TPU
+    # (8 replicas, the default) the run fails; with one replica nothing was promised.
+    body = (
+        "from helpers.blocks import runs_on\n"
+        "KIND = 'MirroredStrategy'\n"
+        "if KIND == 'simulated TPU':\n"
+        "    runs_on('simulated TPU')\n"
+        "    print('the comparison')\n"
+        "else:\n"
+        "    print('this comparison runs on the simulated TPU only')"
+    )
+    nb = _tiny_notebook(tmp_path / "02_never.ipynb", body)
+    code, (row,), _ = run([nb], {"02_never": _entry()}, "--smoke")
+    assert code == 1 and row["status"] == "FAILED"
+    assert (
+        "a block for simulated TPU did not run on CPU, one host, 8 replicas (cell 2, line 4)"
+        in (row["error"])
+    )
+    code, (row,), _ = run([nb], {"02_never": _entry()}, "--smoke", "--replicas", "1")
+    assert code == 0 and row["status"] == "passed", row["error"]
+
+
+def test_a_block_passes_where_it_runs_and_fails_where_it_says_it_does_not(tmp_path, run):
+    body = (
+        "from helpers.blocks import runs_on\n"
+        "if SIMULATED_REPLICAS > 1:\n"
+        "    runs_on('simulated TPU')\n"
+        "if SIMULATED_REPLICAS > 0:  # wrongly declared: this runs everywhere\n"
+        "    runs_on('one replica')"
+    )
+    nb = _tiny_notebook(tmp_path / "03_where.ipynb", body)
+    _, (row,), _ = run([nb], {"03_where": _entry()}, "--smoke")
+    assert row["status"] == "FAILED"
+    assert row["error"] == (
+        "a block declared for one replica ran on CPU, one host, 8 replicas (cell 2, line 5)"
+    )
+    _, (row,), _ = run([nb], {"03_where": _entry()}, "--smoke", "--replicas", "1")
+    assert row["status"] == "passed", row["error"]
+
+
+def test_a_lesson_over_its_memory_budget_fails_and_each_row_shows_its_peak(tmp_path, run):
+    # 2.25 GiB of NumPy, every page written, so it is resident: over the 2 GiB budget.
+    body = "import numpy as np\nheld = np.ones(int(2.25 * 2**30) // 8)\nprint(held.sum())"
+    heavy = _tiny_notebook(tmp_path / "02_heavy.ipynb", body)
+    light = _tiny_notebook(tmp_path / "03_light.ipynb", "x = 1")
+    code, (heavy_row, light_row), printed = run(
+        [heavy, light], {"02_heavy": _entry(), "03_light": _entry()}, "--smoke"
+    )
+    assert code == 1 and heavy_row["status"] == "FAILED"
+    assert 2.25 < heavy_row["peak_gib"] < 3
+    assert f"peak memory {heavy_row['peak_gib']} GiB, over the 2 GiB budget" in heavy_row["error"]
+    assert light_row["status"] == "passed" and 0.01 < light_row["peak_gib"] < 0.5
+    assert f"largest peak memory {heavy_row['peak_gib']:g} GiB (02)" in printed
+
+
 def test_kept_files_get_a_folder_of_their_own_replaced_on_each_run(tmp_path):
     # Notebook 11_profiling_a_training_step keeps its profiles for TensorBoard: in a headless run they go under the run's
     # output folder, replaced each time, not into a new temporary folder per run.
@@ -248,3 +304,50 @@ def test_the_nbval_lessons_are_the_ones_the_manifest_marks():
     marked = {"01_a": {"nbval": True}, "02_b": {}, "03_c": {"nbval": False}}
     assert [p.name for p in manifest.nbval_notebooks(marked)] == ["01_a.ipynb"]
     assert all(p.exists() for p in manifest.nbval_notebooks())
+
+
+def test_the_places_of_a_run_and_which_blocks_they_judge():
+    from runner import blocks
+
+    cpu8 = blocks.places_of_run("CPU", 8)
+    assert cpu8 == {"CPU", "one host", "simulated TPU", "several replicas", "8 replicas"}
+    colab = blocks.places_of_run("CPU", 1, "colab")
+    assert colab == {"CPU", "one host", "Colab", "one replica", "1 replicas"}
+    tpu = blocks.places_of_run("TPU", None, "kaggle")
+    assert tpu == {"TPU", "one host", "Kaggle"} and blocks.describe(tpu) == "Kaggle, TPU, one host"
+    assert blocks._meant("CPU and several replicas", cpu8)
+    assert not blocks._meant("TPU and several replicas", cpu8)
+    # On a TPU the runner cannot count the cores: a block declared by count is not judged there.
+    assert blocks._judged("TPU", tpu) and not blocks._judged("TPU and several replicas", tpu)
+    with pytest.raises(ValueError, match="places"):
+        from helpers.blocks import runs_on
+
+        runs_on("simulated tpu")  # a typo fails at once
+
+
+def test_processes_that_map_the_same_libraries_count_them_once():
+    # Two children that import NumPy share its library pages (as a kernel and the TensorFlow
+    # workers it starts share TensorFlow's); each also holds 64 MB of its own.
+    import subprocess
+    import time
+
+    from runner import memory
+
+    code = "import numpy as np, sys; a = np.ones(8 * 2**20); print(1, flush=True); sys.stdin.read()"
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        for _ in range(2)
+    ]
+    try:
+        for child in children:
+            child.stdout.readline()  # allocated
+        time.sleep(0.2)
+        total, high = memory.together(c.pid for c in children)
+        rss = [memory._status(c.pid, ("VmRSS",), "status")["VmRSS"] for c in children]
+    finally:
+        for child in children:
+            child.kill()
+    assert 2 * 64 * 2**20 < total < sum(rss)  # both private sets, the shared pages once
+    assert high >= max(rss) > 64 * 2**20

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -315,6 +316,9 @@ JUDGES = {
             "running_mean_losses": [2.3, 2.0, 1.7],
             "steps": 6,
             "replicas": 8,
+            "steps_per_execution": 1,
+            "evaluate_steps": 4,
+            "evaluate_batches_run": 4,
             "evaluate_loss": 1.5,
             "one_device_loss": 1.5,
             "loss_gap": 1e-6,
@@ -326,6 +330,11 @@ JUDGES = {
             ({"running_mean_losses": [2.3, 2.4]}, "the loss did not fall: 2.3000 -> 2.4000"),
             ({"loss_gap": 0.5, "evaluate_loss": 3.0}, "differs from one device's (1.5) by 0.5"),
             ({"loss_gap": float("nan")}, "by nan"),
+            (
+                {"steps_per_execution": 10, "evaluate_batches_run": 10},
+                "evaluate(steps=4) ran 10 batches: Keras runs whole calls of "
+                "steps_per_execution=10",
+            ),
         ],
     ),
     "replica_equivalence": (
@@ -470,6 +479,27 @@ def test_every_failed_condition_is_listed_not_only_the_first():
         {**good, "weights_after_restore_max_difference": 0.64, "output_relative_difference": 0.3}
     )
     assert "did not bring them back" in outcome.summary and "0.3" in outcome.summary
+
+
+@pytest.mark.stacks
+def test_the_fit_check_evaluates_whole_calls_and_fails_on_a_part_of_one():
+    """The fit check on one replica (a v5e-1's branch: several steps per call), in this process:
+    it evaluates a whole number of calls and passes; made to ask for 3 batches, where Keras
+    runs two whole calls of 2, it counts the 4 batches run and fails, saying why."""
+    import tensorflow as tf
+
+    context = base.Context(smoke=True)
+    context.strategy = tf.distribute.get_strategy()  # one replica
+    try:
+        whole = correctness.fit(context)
+        part = correctness.fit(context, evaluate_steps=3)
+    finally:
+        shutil.rmtree(context.workdir, ignore_errors=True)
+    assert whole.evidence["steps_per_execution"] == 2, whole.evidence
+    assert whole.status == "pass", whole.summary
+    assert whole.evidence["evaluate_batches_run"] == whole.evidence["evaluate_steps"] == 4
+    assert part.status == "fail" and part.evidence["evaluate_batches_run"] == 4
+    assert "evaluate(steps=3) ran 4 batches" in part.summary, part.summary
 
 
 def test_the_connect_check_fails_with_what_it_found(monkeypatch):

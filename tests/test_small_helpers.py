@@ -215,3 +215,17 @@ def test_plot_samples_titles_one_image_per_class():
     assert [ax.get_title() for ax in fig.axes] == ["0: a", "1: b", "2: c"]
     fig = plots.plot_samples(x, np.array([2, 0, 2, 1, 0, 1]), ("a", "b", "c"), count=2)
     assert len(fig.axes) == 2
+
+
+def test_append_and_runs_on_keep_a_silent_list(monkeypatch, tmp_path, capsys):
+    from helpers.blocks import runs_on
+
+    monkeypatch.setenv(results.RESULTS_ENV, str(tmp_path / "r.json"))
+    results.append("seen", 1)
+    results.append("seen", [2, "x"])
+    runs_on("CPU", "TPU and several replicas")  # outside IPython: this file's lines
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["_seen"] == [1, [2, "x"]]
+    ((digest, line, places),) = saved["_blocks"]
+    assert len(digest) == 16 and line > 1 and places == ["CPU", "TPU and several replicas"]
+    assert capsys.readouterr().out == ""

@@ -187,6 +187,18 @@ def test_a_very_small_run_prints_a_line_per_epoch_and_evaluates_every_test_image
     assert _weights(tmp_path / "ckpt")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 32
 
 
+def test_fit_on_one_replica_runs_its_epoch_plan(tmp_path, small_data):
+    # One replica takes many steps per call, as a TPU does. 1,016 images make 127 batches of 8:
+    # calls of 50 would train 100 of them; the plan's 3 calls of 42 leave one out.
+    args = "--fit --replicas 1 --per-replica-batch 8 --train-examples 1016 --epochs 2".split()
+    args += ["--data-dir", str(small_data), "--ckpt-dir", "ckpt"]
+    done = _run(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "126 steps per epoch (99.2% of 127 batches)" in done.stdout
+    assert "fit with steps_per_execution=42" in done.stdout
+    assert len(re.findall(r"^epoch \d/2: loss [0-9.]+, test loss", done.stdout, re.M)) == 2
+
+
 @pytest.mark.slow
 def test_the_custom_loop_reaches_the_floor(reference):
     stdout, _ = reference

@@ -1,7 +1,8 @@
 """The platform watch: compare ``helpers.routes`` with what Colab, Kaggle and the package index publish.
 
     python tools/platforms.py                      # make platforms: the published files, online
-    python tools/platforms.py --recorded DIR       # the same files, recorded in DIR (the tests)
+    python tools/platforms.py --recorded DIR       # the same files, recorded in DIR
+    python tools/platforms.py --recorded today     # the snapshot that stands for today (TODAY)
 
 It reads, for each platform, the files the platform itself publishes about its TPU image:
 
@@ -33,9 +34,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers import routes  # noqa: E402
 
-__all__ = ["Drift", "Published", "compare", "main", "read_colab", "read_kaggle", "read_published"]
+__all__ = [
+    "RECORDED",
+    "TODAY",
+    "Drift",
+    "Published",
+    "compare",
+    "main",
+    "read_colab",
+    "read_kaggle",
+    "read_published",
+]
 
 RAW = "https://raw.githubusercontent.com/{}/refs/heads/main/{}"
+RECORDED = Path(__file__).resolve().parent.parent / "tests" / "data" / "platforms"
+# The recorded snapshot that stands for today, which the tests and `make platforms RECORDED=today`
+# read: recording a new one is a new folder in RECORDED and this name.
+TODAY = "2026-11"
 SOURCES = {  # file name in a recorded folder: (repository, path)
     "os-info-tpu.txt": ("googlecolab/backend-info", "os-info-tpu.txt"),
     "pip-freeze.tpu.txt": ("googlecolab/backend-info", "pip-freeze.tpu.txt"),
@@ -232,8 +247,12 @@ def compare(published: Published) -> list[Drift]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--recorded", type=Path, help="read saved copies of the sources here")
+    parser.add_argument(
+        "--recorded", type=Path, help="read saved copies of the sources here ('today': TODAY's)"
+    )
     args = parser.parse_args(argv)
+    if args.recorded == Path("today"):
+        args.recorded = RECORDED / TODAY
     try:
         published = read_published(args.recorded)
     except SystemExit as stop:

@@ -5,6 +5,7 @@
     python tools/run_notebooks.py --only keras_compile_and_fit --only 04   # by name or number
     python tools/run_notebooks.py --replicas 1   # SIMULATED_REPLICAS=1: one TPU core, as on Colab
     python tools/run_notebooks.py --cache    # skip what is unchanged (make run, smoke and test)
+    python tools/run_notebooks.py --blocks   # each block only some runtimes take, and where
 
 A smoke run passes each notebook ``SMOKE_TEST=True`` and the smaller values of its
 ``[notebooks.name.smoke]`` table in notebooks/manifest.toml. With ``--cache`` a notebook is
@@ -34,7 +35,7 @@ import manifest  # noqa: E402
 from bench.machine import hardware  # noqa: E402
 from lessons import lesson_name  # noqa: E402
 from notebook_files import notebook_paths  # noqa: E402
-from runner import execute, summary  # noqa: E402
+from runner import blocks, execute, summary  # noqa: E402
 from runner.cache import Cache, cache_key, stack  # noqa: E402
 from runner.folders import run_folder  # noqa: E402
 
@@ -57,6 +58,11 @@ def _parse_args(argv: list[str] | None):
     )
     parser.add_argument("--out", type=Path, help="default: build/full, build/smoke, ...")
     parser.add_argument("--where", action="store_true", help="print the run's folder and stop")
+    parser.add_argument(
+        "--blocks",
+        action="store_true",
+        help="list each lesson's blocks that only some runtimes take, and where, then stop",
+    )
     parser.add_argument(
         "--cache", action="store_true", help="skip notebooks unchanged since they passed"
     )
@@ -125,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     if args.where:
         print(args.out)
+        return 0
+    if args.blocks:
+        print(blocks.listing(args.paths))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     entries = manifest.load()

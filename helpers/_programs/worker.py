@@ -70,14 +70,18 @@ def train_worker(
         return train_dataset(data_dir, ctx, batch, steps, 1, seed=seed, examples=examples)
 
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     model, optimizer = build(strategy, learning_rate, bf16=False, seed=seed)
     train_steps = many_steps(strategy, make_train_step(model, optimizer, global_batch_size))
     one = tf.constant(1)  # one step per call, to see every step's (global batch's) loss
-    losses = [float(train_steps(iterator, one)) for _ in range(steps)]
+    losses = []
+    for step in range(steps):
+        losses.append(float(train_steps(iterator, one)))
+        if strategy.cluster_resolver.task_id == 0:  # the weights after each step, to check it
+            np.savez(f"{out}-step{step}.npz", *[v.numpy() for v in model.weights])
 
     ctx = contexts[0]
     local_batches = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # per step, this worker
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     np.savez(f"{out}.npz", **{f"w{i}": v.numpy() for i, v in enumerate(model.weights)})
     report = {
         "task_id": int(strategy.cluster_resolver.task_id),
@@ -108,13 +112,16 @@ def _example_numbers(batches, data_dir: str, ctx) -> list[int]:
 
     with tf.io.gfile.GFile(f"{data_dir}/info.json") as f:
         first = np.cumsum([0, *json.load(f)["train"]])  # the number of each file's first example
-    number = {}
-    for name in host_files(data_dir, "train", ctx):  # this worker's files only
-        records = tf.data.TFRecordDataset(name).batch(4096).map(parse_batch)
-        pixels = np.concatenate([images.numpy() for images, _ in records])
+    read = [image.tobytes() for images, _ in batches for image in images.numpy()]
+    wanted = dict.fromkeys(read)  # numbers are looked up for these only: a small dictionary
+    for name in host_files(data_dir, "train", ctx):  # this worker's files only, a batch at a time
         start = int(first[int(os.path.basename(name).split("-")[1])])
-        number.update((image.tobytes(), start + i) for i, image in enumerate(pixels))
-    return [number[image.tobytes()] for images, _ in batches for image in images.numpy()]
+        for images, _ in tf.data.TFRecordDataset(name).batch(1024).map(parse_batch):
+            for image in images.numpy():
+                if (key := image.tobytes()) in wanted:
+                    wanted[key] = start
+                start += 1
+    return [wanted[image] for image in read]
 
 
 def _loopback_up() -> None:
@@ -177,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not (args.data_dir and args.out):
         parser.error("--data-dir and --out are required")
     _die_with_parent()
+    # TensorFlow's TFLite converter imports JAX when it is installed (Colab's image, this
+    # collection's main stack): about 110 MB per worker that it never uses.
+    sys.modules.setdefault("jax", None)
     train_worker(
         args.data_dir,
         args.out,

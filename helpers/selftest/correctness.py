@@ -161,12 +161,16 @@ def judge_variables(evidence: dict) -> Outcome:
     return judged(problems, success, evidence)
 
 
-def fit(context: Context, *, loss=None) -> Outcome:
+def fit(context: Context, *, loss=None, evaluate_steps=None) -> Outcome:
     """A few ``fit`` steps on every replica with the reference script's parts (``build``,
     ``compile_for_fit``, ``fit_steps_per_execution``, ``train_dataset``): a finite, falling
     loss, and the loss ``evaluate`` reports equals a one-device NumPy evaluation of the same
-    weights (notebook 03_keras_compile_and_fit). ``loss`` replaces the compiled loss (default: the script's).
-    Run by the self-test of notebook 00_tpu_self_test.
+    weights (notebook 03_keras_compile_and_fit). ``evaluate`` runs whole calls of
+    ``steps_per_execution`` batches: ``steps=4`` with 10 steps per call evaluates 10 batches and
+    reports their mean, silently, so the check evaluates a whole number of calls and fails when
+    Keras ran another number of batches than it asked for. ``loss`` replaces the compiled loss
+    (default: the script's), ``evaluate_steps`` the batches evaluated. Run by the self-test of
+    notebook 00_tpu_self_test.
     """
     import keras
     import tensorflow as tf
@@ -180,7 +184,9 @@ def fit(context: Context, *, loss=None) -> Outcome:
     steps = context.size(6, 30)
     # At least three calls, so that the loss is logged three times (once per call).
     choice = fitting.steps_per_execution_for(strategy, steps // 3)
-    tests = 4 * global_batch  # whole batches: the padding's weight 0 plays no part here
+    # At least 4 batches, in whole calls: Keras would otherwise round them up to whole calls.
+    eval_steps = evaluate_steps or math.ceil(4 / choice.value) * choice.value
+    tests = eval_steps * global_batch  # whole batches: the padding's weight 0 plays no part here
     folder = context.tfrecords(steps * global_batch, tests)
     model, optimizer = train_tpu.build(strategy, 1e-2, bf16=False, seed=11)  # float32: see above
     train_tpu.compile_for_fit(strategy, model, optimizer, choice.value)
@@ -195,9 +201,12 @@ def fit(context: Context, *, loss=None) -> Outcome:
     train = train_tpu.train_dataset(folder, one_pipeline, global_batch, steps, 1)
     # One epoch: each new epoch costs a new distributed iterator, which is slow on many replicas.
     model.fit(train, epochs=1, steps_per_epoch=steps, callbacks=[record], verbose=0)
-    test = train_tpu.eval_dataset(folder, one_pipeline, global_batch, tests // global_batch)
+    test = train_tpu.eval_dataset(folder, one_pipeline, global_batch, eval_steps)
     test = test.map(lambda images, labels, weights: (images, labels))
-    distributed = float(np.ravel(model.evaluate(test, steps=tests // global_batch, verbose=0))[0])
+    ran = []  # Keras' step index at the end of each call: the last one + 1 batches were run
+    count = keras.callbacks.LambdaCallback(on_test_batch_end=lambda batch, logs: ran.append(batch))
+    scores = model.evaluate(test, steps=eval_steps, callbacks=[count], verbose=0)
+    distributed = float(np.ravel(scores)[0])
     x, y = images.x_test[:tests], images.y_test[:tests]
     reference = fitting.single_device_evaluation(model, x, y)
     rtol, notes = _tolerance(context, 1e-4)
@@ -208,6 +217,8 @@ def fit(context: Context, *, loss=None) -> Outcome:
         "global_batch": global_batch,
         "steps_per_execution": choice.value,
         "steps_per_execution_reason": choice.reason,
+        "evaluate_steps": eval_steps,
+        "evaluate_batches_run": ran[-1] + 1 if ran else 0,
         "evaluate_loss": round(distributed, 6),
         "one_device_loss": round(reference.loss, 6),
         "loss_gap": abs(distributed - reference.loss) / reference.loss,
@@ -223,12 +234,19 @@ def judge_fit(evidence: dict, notes=()) -> Outcome:
         evidence["loss_gap"],
         evidence["loss_gap_tolerance"],
     )
+    asked, ran = evidence["evaluate_steps"], evidence["evaluate_batches_run"]
     problems = []
     finite = bool(losses) and all(math.isfinite(v) for v in losses)
     if not finite:
         problems.append(f"the loss is not finite: {losses}")
     elif not losses[-1] < losses[0]:
         problems.append(f"the loss did not fall: {losses[0]:.4f} -> {losses[-1]:.4f}")
+    if ran != asked:
+        problems.append(
+            f"evaluate(steps={asked}) ran {ran} batches: Keras runs whole calls of "
+            f"steps_per_execution={evidence['steps_per_execution']}, so the steps must be a "
+            "multiple of it"
+        )
     if not gap <= rtol:  # a NaN gap fails too
         problems.append(
             f"evaluate's loss ({evidence['evaluate_loss']:.4g}) differs from one device's "
@@ -236,8 +254,8 @@ def judge_fit(evidence: dict, notes=()) -> Outcome:
         )
     success = (
         f"loss {losses[0]:.3f} at step 1, mean {losses[-1]:.3f} over {evidence['steps']} steps; "
-        f"evaluate on {evidence['replicas']} replicas matches one device within {gap:.1g} "
-        f"(tolerance {rtol:g})"
+        f"evaluate on {evidence['replicas']} replicas ({ran} batches, {asked} asked) matches "
+        f"one device within {gap:.1g} (tolerance {rtol:g})"
         if finite
         else ""
     )

@@ -111,12 +111,15 @@ def run_page(run: Path) -> str:
         lines += [f"Stack: {stack}.", ""]
     if record.get("machine"):
         lines += [f"Machine: {record['machine']}.", ""]
-    lines += ["| lesson | status | seconds | result |", "|---|---|---:|---|"]
+    lines += [
+        "| lesson | status | seconds | peak memory, GiB | result |",
+        "|---|---|---:|---:|---|",
+    ]
     for row in record["rows"]:
         result = row.get("error") or row.get("headline", "")
         lines.append(
             f"| [{row['notebook'][:2]}]({row['notebook']}) | {row['status']} "
-            f"| {row['seconds']} | {result} |"
+            f"| {row['seconds']} | {row.get('peak_gib', '')} | {result} |"
         )
     lines += ["", "Every number the lessons recorded (``helpers.results.record``) in this run:", ""]
     lines += ["| lesson | measurement | value |", "|---|---|---:|"]

@@ -131,8 +131,8 @@ def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> 
     lines = [
         header,
         "",
-        "| notebook | status | seconds | result | executed copy (plots inside) |",
-        "|---|---|---:|---|---|",
+        "| notebook | status | seconds | peak GiB | result | executed copy (plots inside) |",
+        "|---|---|---:|---:|---|---|",
     ]
     for row in rows:
         where = ""
@@ -144,17 +144,21 @@ def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> 
             where = f"{executed} ({plots} plot{'' if plots == 1 else 's'})"
         lines.append(
             f"| {row['notebook'][:2]} {Path(row['notebook']).stem[3:]} | {row['status']} "
-            f"| {row['seconds']} | {_result_text(row)} | {where} |"
+            f"| {row['seconds']} | {row.get('peak_gib', '')} | {_result_text(row)} | {where} |"
         )
     total = sum(row["seconds"] for row in rows)
     passed = sum(row["status"] in ("passed", "cached") for row in rows)
     cached = sum(row["status"] == "cached" for row in rows)
     noisy = sum(row["status"] == STDERR_STATUS for row in rows)
+    peak, heaviest = max(
+        ((row.get("peak_gib") or 0, row["notebook"][:2]) for row in rows), default=(0, "")
+    )
     lines += [
         "",
         f"{passed} of {len(rows)} notebooks passed ({cached} unchanged, from the cache)"
         + (f"; {noisy} ran to the end but wrote unexpected stderr" if noisy else "")
         + f"; {total:.0f} s of execution"
+        + (f"; largest peak memory {peak:g} GiB ({heaviest})" if peak else "")
         + (f", {wall:.0f} s wall." if wall is not None else "."),
     ]
     return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""The epoch plans of fit on a TPU's settings: every pass trained, or at least 99% of it.
+
+Keras' fit runs whole host calls of steps_per_execution steps, so an epoch is whole calls, and a
+plan that rounds it down to calls of the steps wanted drops a share of every pass. The simulated
+TPU runs one step per call (MirroredStrategy with 8 replicas) and never shows it; so the plans
+are computed here for Kaggle's v5e-8 (8 replicas) and Colab's v5e-1 (1 replica), a TPUStrategy
+each, which takes the steps per call it is asked for: notebook 03_keras_compile_and_fit's from
+its own cells and the full version's parameters, the script's `--fit` from its argparse
+defaults (test_train_tpu.py runs that plan on one replica). The custom loops train every batch
+of a pass: notebook 04_custom_training_loops in one call per pass, the script's loop (which
+notebook 08_checkpoints_and_preemption runs) in calls that end at each save and pass, the last
+one shorter (test_train_tpu.py's smallest run).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import train_tpu  # noqa: E402
+
+TPUS = {"Kaggle v5e-8": 8, "Colab v5e-1": 1}
+SHARE = 0.99  # of each pass's whole batches, trained every epoch
+
+
+@pytest.fixture(scope="module")
+def train_images():
+    return len(train_tpu.load_fashion_mnist()[0][1])
+
+
+def _tpu(replicas):
+    """A TPUStrategy of `replicas` replicas, its constructor never run: what the script's
+    fit_steps_per_execution sees on a TPU."""
+    import tensorflow as tf
+
+    cls = type("TPUStrategy", (tf.distribute.TPUStrategy,), {"num_replicas_in_sync": replicas})
+    return object.__new__(cls)
+
+
+def _code_cells(name):
+    path = next((ROOT / "notebooks").glob(f"[0-9][0-9]_{name}.ipynb"))
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return [c for c in cells if c["cell_type"] == "code"]
+
+
+def _parameters(cells):
+    """The full version's values: the literals of the lesson's parameters cell."""
+    (cell,) = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
+    body = ast.parse("".join(cell["source"])).body
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in body}
+
+
+def _cell_assigning(cells, name):
+    """The source of the first code cell that assigns `name`."""
+    for cell in cells:
+        source = "".join(cell["source"])
+        for node in ast.walk(ast.parse(source)):
+            targets = getattr(node, "targets", [])
+            if any(name in {n.id for n in ast.walk(t) if isinstance(n, ast.Name)} for t in targets):
+                return source
+    raise AssertionError(f"no cell assigns {name}")
+
+
+@pytest.mark.parametrize(
+    ("batches", "wanted", "plan"),
+    [
+        (58, 32, (29, 58)),  # rounded down to calls of 32: 32 of 58 trained
+        (117, 50, (39, 117)),  # the script's --fit on 8 replicas: 100 of 117 were
+        (937, 50, (49, 931)),  # a prime number of batches: 6 of them left out, 0.6%
+        (7, 32, (7, 7)),  # fewer batches than wanted: one call
+        (101, 1, (1, 101)),
+    ],
+)
+def test_epoch_plan(batches, wanted, plan):
+    assert train_tpu.epoch_plan(batches, wanted) == plan
+
+
+def test_epoch_plan_always_leaves_under_one_percent_out_in_whole_calls():
+    for batches in range(1, 1200):
+        for wanted in (1, 2, 8, 32, 50, 64):
+            per_call, steps = train_tpu.epoch_plan(batches, wanted)
+            assert 1 <= per_call <= wanted and steps % per_call == 0
+            assert SHARE * batches <= steps <= batches, (batches, wanted)
+
+
+@pytest.mark.parametrize("tpu", TPUS)
+def test_lesson_keras_compile_and_fit_trains_every_pass_on_a_tpu(tpu, train_images):
+    cells = _code_cells("keras_compile_and_fit")
+    params = _parameters(cells)
+    from helpers import batches, tpu_facts
+
+    replicas = TPUS[tpu]
+    space = {name: getattr(train_tpu, name) for name in dir(train_tpu) if name[0] != "_"}
+    space.update(params, batches=batches, tpu_facts=tpu_facts, print=lambda *a, **k: None)
+    x_train = np.zeros((train_images, 0), np.uint8)[: params["MAX_TRAIN"]]
+    space.update(x_train=x_train, strategy=_tpu(replicas), REPLICAS=replicas, KIND="TPUStrategy")
+    for name in ("batches_per_pass", "steps_per_epoch"):  # the lesson's own cells, in order
+        exec(_cell_assigning(cells, name), space)
+    share = space["steps_per_epoch"] / space["batches_per_pass"]
+    per_call = space["steps_per_execution"]
+    assert share >= SHARE, f"{tpu}: {share:.1%} of each pass's {space['batches_per_pass']} batches"
+    assert 1 < per_call <= params["STEPS_PER_EXECUTION"]  # many steps per call, as on a TPU
+
+
+@pytest.mark.parametrize("tpu", TPUS)
+def test_script_fit_trains_every_pass_on_a_tpu(tpu, train_images):
+    args = train_tpu.parse_args(["--fit"])
+    batches = (args.train_examples or train_images) // (args.per_replica_batch * TPUS[tpu])
+    wanted = train_tpu.fit_steps_per_execution(_tpu(TPUS[tpu]), args.steps_per_call)
+    per_call, steps = train_tpu.epoch_plan(batches, wanted)
+    assert steps / batches >= SHARE, f"{tpu}: {steps} of {batches} batches per pass"
+    assert 1 < per_call <= args.steps_per_call
+
+
+def test_script_fit_takes_its_plan_from_epoch_plan():
+    main = next(
+        node
+        for node in ast.parse(Path(train_tpu.__file__).read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef) and node.name == "main"
+    )
+    called = {
+        n.func.id for n in ast.walk(main) if isinstance(n, ast.Call) and hasattr(n.func, "id")
+    }
+    assert "epoch_plan" in called
+
+
+@pytest.mark.parametrize("tpu", TPUS)
+def test_lesson_tpu_readiness_check_trains_every_pass_on_a_tpu(tpu, train_images):
+    cells = _code_cells("tpu_readiness_check")
+    params = _parameters(cells)
+    replicas = TPUS[tpu]
+    space = {name: getattr(train_tpu, name) for name in dir(train_tpu) if name[0] != "_"}
+    space.update(params, print=lambda *a, **k: None, compile_model=lambda model, _: model)
+    space.update(strategy=_tpu(replicas), model=None)
+    space["x_train"] = np.zeros((train_images, 0), np.uint8)[: params["MAX_TRAIN"]]
+    space["global_batch"] = params["PER_REPLICA_BATCH"] * replicas  # the lesson's section 5
+    exec(_cell_assigning(cells, "batches_per_pass"), space)  # the lesson's plan cell
+    share = space["steps_per_epoch"] / space["batches_per_pass"]
+    assert share >= SHARE, f"{tpu}: {share:.1%} of each pass's {space['batches_per_pass']} batches"
+    assert 1 < space["steps_per_execution"] <= 32

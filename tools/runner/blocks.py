@@ -1,0 +1,233 @@
+"""The runner's side of ``helpers.blocks.runs_on``: did each declared block run where it says?
+
+The declarations are read from the executed notebook's cells (as IPython compiles them, so a
+record's digest finds its cell); the records are what the kernel appended to the results file.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+from dataclasses import dataclass
+
+from IPython.core.inputtransformer2 import TransformerManager
+
+from helpers import runtime
+from helpers.blocks import RECORD, is_place, source_digest
+
+__all__ = [
+    "PLATFORM_NAMES",
+    "Block",
+    "conditional_blocks",
+    "declared",
+    "describe",
+    "hardware",
+    "listing",
+    "misplaced",
+    "places_of_run",
+]
+
+# A lesson's names for where it runs: an ``if`` on one of them is a block that only some
+# runtimes take, and must say where with ``runs_on`` (``conditional_blocks``).
+PLATFORM_NAMES = {
+    "REPLICAS",
+    "SIMULATED_REPLICAS",
+    "ON_TPU",
+    "KIND",
+    "COLLECTIVE",
+    "CAN_SPLIT",
+    "num_replicas_in_sync",
+    "TPUStrategy",
+    "MirroredStrategy",
+    "tpu_hints",
+    "tpu_signs",
+    "SIMULATED",
+    "ON_POD",
+    "DEVICES",
+    "PLATFORM",
+    "detect_platform",
+    "steps_per_execution",
+    "cpu_devices",
+    "COLAB_RELEASE_TAG",
+    "/kaggle/working",
+}
+
+_TRANSFORM = TransformerManager()
+
+
+@dataclass(frozen=True)
+class Block:
+    cell: int  # the cell's index in the notebook
+    line: int  # the line of the runs_on call in the cell
+    places: tuple[str, ...]
+    digest: str  # of the cell's code as IPython compiles it
+
+    def where(self) -> str:
+        return f"cell {self.cell}, line {self.line}"
+
+
+def places_of_run(hardware: str, replicas: int | None, platform: str | None = None) -> set[str]:
+    """The places a run is at: its ``hardware`` ("TPU", "GPU" or "CPU": :func:`hardware`), Colab
+    or Kaggle (``platform``, from ``helpers.runtime.detect_platform``), and its replica count
+    (None where the runner cannot know it: on a TPU or GPUs only TensorFlow counts the cores, and
+    blocks declared by replica count are not judged there)."""
+    places = {hardware, "pod" if hardware == "TPU" and _tpu_hosts() > 1 else "one host"}
+    if platform in ("colab", "kaggle"):
+        places.add(platform.capitalize())
+    if replicas is None:
+        return places
+    if hardware == "CPU" and replicas > 1:
+        places.add("simulated TPU")
+    places.add("one replica" if replicas == 1 else "several replicas")
+    places.add(f"{replicas} replicas")
+    return places
+
+
+def _tpu_hosts() -> int:
+    """The hosts of this TPU slice, from the variable Cloud TPU VMs set (unverified on hardware)."""
+    return len([h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()])
+
+
+def hardware() -> str:
+    """This host's accelerator as the runner sees it: TPU hints, NVIDIA device nodes, or none."""
+    if runtime.tpu_hints():
+        return "TPU"
+    return "GPU" if glob.glob("/dev/nvidia[0-9]*") else "CPU"
+
+
+def _meant(place: str, run_places: set[str]) -> bool:
+    return all(part in run_places for part in place.split(" and "))
+
+
+def _judged(place: str, run_places: set[str]) -> bool:
+    """Whether the runner can tell if ``place`` is this run's (not when the count is unknown)."""
+    known_count = any(p[0].isdigit() for p in run_places)
+    return known_count or all(part in ALWAYS_KNOWN for part in place.split(" and "))
+
+
+ALWAYS_KNOWN = {"TPU", "GPU", "CPU", "one host", "pod", "Colab", "Kaggle"}
+
+
+def _code(cell: dict) -> str:
+    raw = cell.get("source", "")
+    return _TRANSFORM.transform_cell("".join(raw) if isinstance(raw, list) else raw)
+
+
+def _names(node: ast.AST) -> set[str]:
+    """The names, attributes and string constants in ``node``."""
+    return {
+        getattr(n, "id", None)
+        or getattr(n, "attr", None)
+        or (n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else None)
+        for n in ast.walk(node)
+    } - {None}
+
+
+def _top_level_ifs(tree: ast.Module):
+    """Every ``if`` and ``elif`` outside a function or class body."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.If):
+            yield node
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            todo += [n for n in getattr(node, field, []) if isinstance(n, ast.AST)]
+
+
+def conditional_blocks(notebook: dict) -> list[tuple[int, int, str, tuple[str, ...] | None]]:
+    """(cell, line, condition, declared places or None) of each block whose condition names
+    where the lesson runs (:data:`PLATFORM_NAMES`); its first statement must be ``runs_on``."""
+    found = []
+    for index, cell in enumerate(notebook.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        code = _code(cell)
+        for node in _top_level_ifs(ast.parse(code)):
+            if not _names(node.test) & PLATFORM_NAMES:
+                continue
+            first = node.body[0]
+            places = None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Call):
+                calls = list(_calls(ast.unparse(first)))
+                places = calls[0][1] if calls else None
+            found.append((index, node.lineno, ast.unparse(node.test), places))
+    return found
+
+
+def listing(paths) -> str:
+    """A Markdown table of every conditional block in the notebooks at ``paths``."""
+    lines = ["| lesson | cell | condition | runs on |", "|---|---:|---|---|"]
+    for path in paths:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        for cell, _, condition, places in conditional_blocks(notebook):
+            where = ", ".join(places) if places else "**undeclared**"
+            lines.append(f"| {path.name[:2]} | {cell} | `{condition}` | {where} |")
+    return "\n".join(lines)
+
+
+def _calls(code: str):
+    """(line, places) of each ``runs_on("...")`` call in ``code``; places must be literals."""
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+        if name != "runs_on":
+            continue
+        places = tuple(arg.value for arg in node.args if isinstance(arg, ast.Constant))
+        if len(places) != len(node.args) or not all(map(is_place, places)):
+            raise ValueError(f"line {node.lineno}: runs_on takes literal places, got {places}")
+        yield node.lineno, places
+
+
+def declared(notebook: dict) -> list[Block]:
+    """Every ``runs_on`` declaration in the notebook's code cells."""
+    blocks = []
+    for index, cell in enumerate(notebook.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        code = _code(cell)
+        if "runs_on" not in code:
+            continue
+        digest = source_digest(code)
+        blocks += [Block(index, line, places, digest) for line, places in _calls(code)]
+    return blocks
+
+
+def misplaced(notebook: dict, results: dict, run_places: set[str], completed: bool) -> list[str]:
+    """One sentence per block that did not run where it says, or ran where it says it does not.
+
+    ``completed``: the notebook ran to its end; otherwise a block after the failing cell is not
+    blamed for not running.
+    """
+    ran = {(digest, line) for digest, line, _ in results.get(f"_{RECORD}", [])}
+    executed_cells = {
+        i
+        for i, cell in enumerate(notebook.get("cells", []))
+        if cell.get("cell_type") == "code" and cell.get("execution_count") is not None
+    }
+    problems = []
+    for block in declared(notebook):
+        if not all(_judged(place, run_places) for place in block.places):
+            continue
+        meant = any(_meant(place, run_places) for place in block.places)
+        did = (block.digest, block.line) in ran
+        names = " or ".join(block.places)
+        if meant and not did and (completed or block.cell in executed_cells):
+            problems.append(
+                f"a block for {names} did not run on {describe(run_places)} ({block.where()})"
+            )
+        elif did and not meant:
+            problems.append(
+                f"a block declared for {names} ran on {describe(run_places)} ({block.where()})"
+            )
+    return problems
+
+
+def describe(run_places: set[str]) -> str:
+    """The run's place in words: "no TPU, 8 replicas"."""
+    kinds = [p for p in run_places if p in ALWAYS_KNOWN or p[0].isdigit()]
+    return ", ".join(sorted(kinds, key=lambda p: (p[0].isdigit(), p)))

@@ -1,0 +1,85 @@
+"""A notebook's peak memory: its kernel and every process the kernel starts.
+
+A thread samples this process's descendants (the kernel, and the training workers or scripts a
+lesson starts) every :data:`INTERVAL` seconds and adds up the memory they hold together: each
+one's private pages, plus the largest set of shared pages any one of them maps (Linux's
+``smaps_rollup``). Every TensorFlow process maps the same libraries, about 460 MB; a sum of
+resident sets would count them once per process, where a container's memory limit (Binder's)
+charges them once. The peak is the largest such total, or the largest resident high-water mark
+(``VmHWM``) of one process, which the kernel keeps between samples too, whichever is larger.
+On a CPU, lessons must fit in :data:`BUDGET_GIB`: mybinder.org gives a session about 2 GB (on
+TPU hardware the peak is only reported: the TPU runtime's own host buffers are not the lesson's
+to budget, and unmeasured).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+
+__all__ = ["BUDGET_GIB", "INTERVAL", "PeakMemory", "together"]
+
+BUDGET_GIB = 2.0
+INTERVAL = 0.2
+GIB = 1024**3
+
+
+def _status(pid: int, fields: tuple[str, ...], name: str) -> dict[str, int]:
+    """The ``fields`` of ``/proc/PID/<name>`` in bytes ({} once the process has ended)."""
+    found = {}
+    try:
+        with open(f"/proc/{pid}/{name}") as lines:
+            for line in lines:
+                key, _, rest = line.partition(":")
+                if key in fields:
+                    found[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
+
+
+SHARED = ("Shared_Clean", "Shared_Dirty")
+PRIVATE = ("Private_Clean", "Private_Dirty")
+
+
+def together(pids) -> tuple[int, int]:
+    """(bytes the processes hold together, the largest one's resident high-water mark)."""
+    private, shared, high = 0, 0, 0
+    for pid in pids:
+        pages = _status(pid, SHARED + PRIVATE, "smaps_rollup")
+        private += sum(pages.get(k, 0) for k in PRIVATE)
+        shared = max(shared, sum(pages.get(k, 0) for k in SHARED))
+        high = max(high, _status(pid, ("VmHWM",), "status").get("VmHWM", 0))
+    return private + shared, high
+
+
+class PeakMemory:
+    """``with PeakMemory() as peak: ...`` then ``peak.gib``: the peak of this process's
+    descendants while the block ran."""
+
+    def __init__(self, interval: float = INTERVAL):
+        self.interval = interval
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while True:
+            total, high = together(child.pid for child in me.children(recursive=True))
+            self.peak_bytes = max(self.peak_bytes, total, high)
+            if self._stop.wait(self.interval):
+                return
+
+    @property
+    def gib(self) -> float:
+        return round(self.peak_bytes / GIB, 2)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
