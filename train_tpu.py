@@ -473,7 +473,9 @@ def main(argv=None, strategy=None):
     done = 0 if args.fit else restore(manager, step, saved_order, args.require_checkpoint)
     total = args.epochs * steps_per_epoch
     resumed = f"resumed at step {done}" if done else "starting at step 0"
-    share = f" ({steps_per_epoch / batches:.1%} of {batches} batches)" * (steps_per_epoch < batches)
+    share = ""  # said only when an epoch leaves batches out (fit's whole calls: under 1%)
+    if steps_per_epoch < batches:
+        share = f" ({steps_per_epoch / batches:.1%} of {batches} batches)"
     print(
         f"{type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), global batch "
         f"{global_batch}, {steps_per_epoch} steps per epoch{share}; {resumed}"

@@ -71,6 +71,19 @@ def _cell_assigning(cells, name):
     raise AssertionError(f"no cell assigns {name}")
 
 
+def _lesson_on_a_tpu(name, tpu, train_images):
+    """(code cells, full-version parameters, a namespace to run the lesson's cells in on `tpu`):
+    the script's names, the parameters, `x_train` of the lesson's size and a stand-in strategy."""
+    cells = _code_cells(name)
+    params = _parameters(cells)
+    space = {name: getattr(train_tpu, name) for name in dir(train_tpu) if name[0] != "_"}
+    space.update(params, print=lambda *a, **k: None, strategy=_tpu(TPUS[tpu]))
+    space.update(
+        REPLICAS=TPUS[tpu], x_train=np.zeros((train_images, 0), np.uint8)[: params["MAX_TRAIN"]]
+    )
+    return cells, params, space
+
+
 @pytest.mark.parametrize(
     ("batches", "wanted", "plan"),
     [
@@ -95,15 +108,10 @@ def test_epoch_plan_always_leaves_under_one_percent_out_in_whole_calls():
 
 @pytest.mark.parametrize("tpu", TPUS)
 def test_lesson_keras_compile_and_fit_trains_every_pass_on_a_tpu(tpu, train_images):
-    cells = _code_cells("keras_compile_and_fit")
-    params = _parameters(cells)
     from helpers import batches, tpu_facts
 
-    replicas = TPUS[tpu]
-    space = {name: getattr(train_tpu, name) for name in dir(train_tpu) if name[0] != "_"}
-    space.update(params, batches=batches, tpu_facts=tpu_facts, print=lambda *a, **k: None)
-    x_train = np.zeros((train_images, 0), np.uint8)[: params["MAX_TRAIN"]]
-    space.update(x_train=x_train, strategy=_tpu(replicas), REPLICAS=replicas, KIND="TPUStrategy")
+    cells, params, space = _lesson_on_a_tpu("keras_compile_and_fit", tpu, train_images)
+    space.update(batches=batches, tpu_facts=tpu_facts, KIND="TPUStrategy")
     for name in ("batches_per_pass", "steps_per_epoch"):  # the lesson's own cells, in order
         exec(_cell_assigning(cells, name), space)
     share = space["steps_per_epoch"] / space["batches_per_pass"]
@@ -136,14 +144,8 @@ def test_script_fit_takes_its_plan_from_epoch_plan():
 
 @pytest.mark.parametrize("tpu", TPUS)
 def test_lesson_tpu_readiness_check_trains_every_pass_on_a_tpu(tpu, train_images):
-    cells = _code_cells("tpu_readiness_check")
-    params = _parameters(cells)
-    replicas = TPUS[tpu]
-    space = {name: getattr(train_tpu, name) for name in dir(train_tpu) if name[0] != "_"}
-    space.update(params, print=lambda *a, **k: None, compile_model=lambda model, _: model)
-    space.update(strategy=_tpu(replicas), model=None)
-    space["x_train"] = np.zeros((train_images, 0), np.uint8)[: params["MAX_TRAIN"]]
-    space["global_batch"] = params["PER_REPLICA_BATCH"] * replicas  # the lesson's section 5
+    cells, params, space = _lesson_on_a_tpu("tpu_readiness_check", tpu, train_images)
+    space["global_batch"] = params["PER_REPLICA_BATCH"] * TPUS[tpu]  # the lesson's section 5
     exec(_cell_assigning(cells, "batches_per_pass"), space)  # the lesson's plan cell
     share = space["steps_per_epoch"] / space["batches_per_pass"]
     assert share >= SHARE, f"{tpu}: {share:.1%} of each pass's {space['batches_per_pass']} batches"

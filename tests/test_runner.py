@@ -186,9 +186,20 @@ def test_a_lesson_over_its_memory_budget_fails_and_each_row_shows_its_peak(tmp_p
     body = "import numpy as np\nheld = np.ones(int(2.25 * 2**30) // 8)\nprint(held.sum())"
     heavy = _tiny_notebook(tmp_path / "02_heavy.ipynb", body)
     light = _tiny_notebook(tmp_path / "03_light.ipynb", "x = 1")
-    code, (heavy_row, light_row), printed = run(
-        [heavy, light], {"02_heavy": _entry(), "03_light": _entry()}, "--smoke"
+    # A process this one started before the run (another test's, say) is no notebook's.
+    import subprocess
+
+    hold = "import numpy as np, sys; a = np.ones(2**27); print(1, flush=True); sys.stdin.read()"
+    other = subprocess.Popen(
+        [sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
+    try:
+        other.stdout.readline()  # holds 1 GiB
+        code, (heavy_row, light_row), printed = run(
+            [heavy, light], {"02_heavy": _entry(), "03_light": _entry()}, "--smoke"
+        )
+    finally:
+        other.kill()
     assert code == 1 and heavy_row["status"] == "FAILED"
     assert 2.25 < heavy_row["peak_gib"] < 3
     assert f"peak memory {heavy_row['peak_gib']} GiB, over the 2 GiB budget" in heavy_row["error"]

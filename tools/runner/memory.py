@@ -55,8 +55,8 @@ def together(pids) -> tuple[int, int]:
 
 
 class PeakMemory:
-    """``with PeakMemory() as peak: ...`` then ``peak.gib``: the peak of this process's
-    descendants while the block ran."""
+    """``with PeakMemory() as peak: ...`` then ``peak.gib``: the peak of the processes this
+    process started while the block ran (and theirs)."""
 
     def __init__(self, interval: float = INTERVAL):
         self.interval = interval
@@ -67,7 +67,8 @@ class PeakMemory:
     def _sample(self) -> None:
         me = psutil.Process()
         while True:
-            total, high = together(child.pid for child in me.children(recursive=True))
+            ours = [c.pid for c in me.children(recursive=True) if c.pid not in self._before]
+            total, high = together(ours)
             self.peak_bytes = max(self.peak_bytes, total, high)
             if self._stop.wait(self.interval):
                 return
@@ -77,6 +78,8 @@ class PeakMemory:
         return round(self.peak_bytes / GIB, 2)
 
     def __enter__(self) -> PeakMemory:
+        # Processes already running (another notebook's, a test's) are not this block's.
+        self._before = {c.pid for c in psutil.Process().children(recursive=True)}
         self._thread.start()
         return self
 
