@@ -10,6 +10,11 @@ charges them once. The peak is the largest such total, or the largest resident h
 On a CPU, lessons must fit in :data:`BUDGET_GIB`: mybinder.org gives a session about 2 GB (on
 TPU hardware the peak is only reported: the TPU runtime's own host buffers are not the lesson's
 to budget, and unmeasured).
+
+A process between ``fork`` and ``exec`` is skipped: until it starts its own program it maps its
+parent's memory (``vfork``, which Python's ``subprocess`` uses, shares it outright), so a sample
+taken in that moment counted the runner, or a kernel starting a script, a second time. Lessons
+start processes with ``subprocess`` (which execs) or multiprocessing's "spawn" (which does too).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import threading
 
 import psutil
 
-__all__ = ["BUDGET_GIB", "INTERVAL", "PeakMemory", "together"]
+__all__ = ["BUDGET_GIB", "INTERVAL", "PeakMemory", "not_yet_executed", "together"]
 
 BUDGET_GIB = 2.0
 INTERVAL = 0.2
@@ -37,6 +42,20 @@ def _status(pid: int, fields: tuple[str, ...], name: str) -> dict[str, int]:
     except (OSError, ValueError, IndexError):
         return {}
     return found
+
+
+PF_FORKNOEXEC = 0x40  # Linux's per-process flag: forked, has not called exec yet
+
+
+def not_yet_executed(pid: int) -> bool:
+    """True while ``pid`` is a copy of its parent that has not started its own program."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            # The name in parentheses may hold spaces; flags are the 7th field after it.
+            flags = int(stat.read().rpartition(")")[2].split()[6])
+    except (OSError, ValueError, IndexError):
+        return False
+    return bool(flags & PF_FORKNOEXEC)
 
 
 SHARED = ("Shared_Clean", "Shared_Dirty")
@@ -67,7 +86,11 @@ class PeakMemory:
     def _sample(self) -> None:
         me = psutil.Process()
         while True:
-            ours = [c.pid for c in me.children(recursive=True) if c.pid not in self._before]
+            ours = [
+                c.pid
+                for c in me.children(recursive=True)
+                if c.pid not in self._before and not not_yet_executed(c.pid)
+            ]
             total, high = together(ours)
             self.peak_bytes = max(self.peak_bytes, total, high)
             if self._stop.wait(self.interval):
