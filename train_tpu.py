@@ -3,11 +3,13 @@
 The TPU Field Guide's reference script: plain TensorFlow, Keras, NumPy and the standard library,
 one file to copy. It runs unchanged on Kaggle's TPU v5e-8, Colab's v5e-1, a Cloud TPU VM, GPUs,
 and a CPU (there, a simulated TPU of --replicas logical CPU devices). Run it twice with the same
---ckpt-dir and the second run continues where the first stopped, even after a SIGKILL.
+--ckpt-dir and the second run continues where the first stopped, even after a SIGKILL (with
+--fit, after the last finished epoch). A data folder whose files differ from its info.json is
+refused before training.
 
     python train_tpu.py --smoke                  # about a minute on a laptop's CPU
     python train_tpu.py --ckpt-dir gs://bucket/run1 --data-dir gs://bucket/fmnist  # a TPU VM
-    python train_tpu.py --fit                    # the same model with compile/fit
+    python train_tpu.py --fit                    # compile/fit: resumes at its last epoch's end
 
 Lessons show its parts (between the "part" markers). Exit status: 0 done, 2 a problem you
 must fix (one sentence on stderr).
@@ -138,26 +140,56 @@ def example_bytes(image, label):
 def write_tfrecords(folder, splits):
     """Write {"train": (x, y), "test": (x, y)} once as SHARDS files per split; return counts.
     A kill leaves no half file under a name that is read: each file is renamed when complete,
-    and info.json, which vouches for them all, comes last."""
-    info_path = f"{folder}/info.json"
-    if tf.io.gfile.exists(info_path):
-        with tf.io.gfile.GFile(info_path) as f:
-            return json.load(f)
+    and info.json, which vouches for them all (their counts and sizes), comes last."""
+    info = read_info(folder)
+    if info:
+        return info
     tf.io.gfile.makedirs(folder)
-    counts = {split: [] for split in splits}
+    info = {split: [] for split in splits}
+    info["bytes"] = {}
     for split, (x, y) in splits.items():
         for shard, rows in enumerate(np.array_split(np.arange(len(x)), SHARDS)):
-            name = f"{folder}/{split}-{shard:05d}-of-{SHARDS:05d}.tfrecord"
-            partial = f"{name}.tmp-{os.getpid()}"  # its own name: two writers never mix
+            name = f"{split}-{shard:05d}-of-{SHARDS:05d}.tfrecord"
+            partial = f"{folder}/{name}.tmp-{os.getpid()}"  # its own name: writers never mix
             with tf.io.TFRecordWriter(partial) as writer:
                 for i in rows:
                     writer.write(example_bytes(x[i], y[i]))
-            tf.io.gfile.rename(partial, name, overwrite=True)  # complete, or not there
-            counts[split].append(len(rows))
-    with tf.io.gfile.GFile(f"{info_path}.tmp-{os.getpid()}", "w") as f:
-        json.dump(counts, f)
-    tf.io.gfile.rename(f"{info_path}.tmp-{os.getpid()}", info_path, overwrite=True)
-    return counts
+            info["bytes"][name] = tf.io.gfile.stat(partial).length
+            tf.io.gfile.rename(partial, f"{folder}/{name}", overwrite=True)  # whole, or absent
+            info[split].append(len(rows))
+    partial = f"{folder}/info.json.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(partial, "w") as f:
+        json.dump(info, f)
+    tf.io.gfile.rename(partial, f"{folder}/info.json", overwrite=True)
+    return info
+
+
+def read_info(folder):
+    """What info.json records, once every file matches it; None if there is none to trust (no
+    info.json, or one from before sizes were recorded: write the folder again). A missing,
+    cut-short or unlisted file is an error: training on part of the data would look fine."""
+    if not tf.io.gfile.exists(f"{folder}/info.json"):
+        return None
+    with tf.io.gfile.GFile(f"{folder}/info.json") as f:
+        info = json.load(f)
+    if "bytes" not in info:
+        return None
+    found = {
+        os.path.basename(path): tf.io.gfile.stat(path).length
+        for path in tf.io.gfile.glob(f"{folder}/*.tfrecord")
+    }
+    again = "copy the folder again, or delete it and the script writes it anew"
+    for name, size in info["bytes"].items():
+        if name not in found:
+            raise UsageError(f"{folder}/{name} is missing (info.json lists it): {again}.")
+        if found[name] != size:
+            raise UsageError(
+                f"{folder}/{name} holds {found[name]} bytes where info.json says {size} (cut "
+                f"short or changed): {again}."
+            )
+    for name in sorted(set(found) - set(info["bytes"])):
+        raise UsageError(f"{folder}/{name} is not listed in info.json: move it elsewhere.")
+    return info
 
 
 def parse_batch(serialized, cast=False):
@@ -207,7 +239,9 @@ def train_dataset(
         records = tf.data.TFRecordDataset(files)
         if examples:
             records = records.take(examples // ctx.num_input_pipelines)
-        records = records.shuffle(10_000, seed=seed * 1000 + epoch)  # the order is seeded
+        # The same order in every iterator made of it: Keras' fit under a strategy draws a
+        # batch from one to build the model, then trains from a second.
+        records = records.shuffle(10_000, seed=seed * 1000 + epoch, reshuffle_each_iteration=False)
         records = records.batch(batch, drop_remainder=True)  # static shapes: one compilation
         records = records.take(steps_per_epoch * per_step)
         ds = records if ds is None else ds.concatenate(records)
@@ -361,6 +395,51 @@ def save_checkpoint(manager, step):
     return manager.save(checkpoint_number=step)
 
 
+def fit_backup(folder, model, steps_per_epoch, order, require=False):
+    """fit's checkpoints: Keras' BackupAndRestore under `folder`, restored now, so that the data
+    can start where training does. Returns (callbacks for fit, steps already trained). It saves
+    at each epoch's end (a save every N batches would replay the unfinished epoch from its first
+    batch), keeps the previous save (a kill mid-write leaves one intact) and keeps the last (a
+    finished job run again trains nothing). The weights and the epoch are two files written one
+    after the other: a check refuses a pair that disagrees, rather than train an epoch twice."""
+    backup = keras.callbacks.BackupAndRestore(
+        folder, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False
+    )
+    saved_order = f"{folder}/order.json"  # (seed, global batch, examples, steps per epoch)
+    if tf.io.gfile.exists(saved_order):
+        with tf.io.gfile.GFile(saved_order) as f:
+            if json.load(f) != order:
+                raise UsageError(
+                    f"{folder} was trained with another seed, batch or data size: resume with "
+                    "its settings or use a new --ckpt-dir."
+                )
+    backup.set_model(model)
+    try:
+        backup.on_train_begin()  # fit calls it again: a second restore of the same files
+    except OSError as err:
+        raise UsageError(f"The backup in {folder} cannot be read ({err}): delete it.") from None
+    done = int(model.optimizer.iterations.numpy())
+    if done == 0 and require:
+        raise UsageError(f"No backup in {folder} to resume from (--require-checkpoint).")
+    tf.io.gfile.makedirs(folder)
+    with tf.io.gfile.GFile(saved_order, "w") as f:
+        json.dump(order, f)
+
+    class SameStep(keras.callbacks.Callback):  # fit's first epoch must start at step `done`
+        def on_train_begin(self, logs=None):
+            self.first = True
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self.first and epoch * steps_per_epoch != done:
+                raise UsageError(
+                    f"The backup in {folder} holds the weights of step {done} but resumes at "
+                    f"epoch {epoch} of {steps_per_epoch} steps: delete it to start over."
+                )
+            self.first = False
+
+    return [backup, SameStep()], done
+
+
 # ---- end of part ----
 # ---- part: fit ----
 def fit_steps_per_execution(strategy, wanted):
@@ -418,7 +497,9 @@ def parse_args(argv=None):
     p.add_argument("--test-examples", type=positive, help="evaluate only this many")
     p.add_argument("--seed", type=int, default=0, help="initial weights and data order")
     p.add_argument("--smoke", action="store_true", help="a quick check: 16384 images, 3 epochs")
-    p.add_argument("--fit", action="store_true", help="train with compile/fit (no checkpoints)")
+    p.add_argument(
+        "--fit", action="store_true", help="train with compile/fit (backup: CKPT_DIR/fit)"
+    )
     p.add_argument("--no-bf16", dest="bf16", action="store_false", help="float32 everywhere")
     p.add_argument("--cast-on-host", action="store_true", help="send float32 pixels, not uint8")
     p.add_argument("--require-checkpoint", action="store_true", help="refuse to start at step 0")
@@ -444,13 +525,21 @@ def main(argv=None, strategy=None):
         except (OSError, tf.errors.OpError) as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise UsageError(f"Cannot write to {folder} ({reason}).") from None
-    if args.require_checkpoint and not tf.train.latest_checkpoint(args.ckpt_dir):  # fail early
-        raise UsageError(f"No checkpoint in {args.ckpt_dir} to resume from (--require-checkpoint).")
+    backup_dir = f"{args.ckpt_dir}/fit"  # --fit's backup: Keras' files, beside the loop's
+    if args.fit:
+        saved = tf.io.gfile.exists(f"{backup_dir}/latest.weights.h5")
+    else:
+        saved = tf.train.latest_checkpoint(args.ckpt_dir)
+    if args.require_checkpoint and not saved:  # fail now, before the TPU is initialised
+        where = backup_dir if args.fit else args.ckpt_dir
+        raise UsageError(f"No checkpoint in {where} to resume from (--require-checkpoint).")
+    counts = read_info(args.data_dir)  # damaged data fails now too
     start = time.perf_counter()
     strategy = strategy or connect(args.replicas)
     keras.utils.set_random_seed(args.seed)  # the shuffle's order also depends on this seed
-    train_arrays, test_arrays = load_fashion_mnist()
-    counts = write_tfrecords(args.data_dir, {"train": train_arrays, "test": test_arrays})
+    if counts is None:  # the first run: write the TFRecords
+        train_arrays, test_arrays = load_fashion_mnist()
+        counts = write_tfrecords(args.data_dir, {"train": train_arrays, "test": test_arrays})
     train_examples = min(args.train_examples or sum(counts["train"]), sum(counts["train"]))
     test_examples = min(args.test_examples or sum(counts["test"]), sum(counts["test"]))
     global_batch = args.per_replica_batch * strategy.num_replicas_in_sync
@@ -469,8 +558,15 @@ def main(argv=None, strategy=None):
         strategy, learning_rate, bf16=args.bf16, seed=args.seed, input_dtype=pixels
     )
     order = [args.seed, global_batch, train_examples]
-    manager, step, saved_order = checkpointing(args.ckpt_dir, model, optimizer, order)
-    done = 0 if args.fit else restore(manager, step, saved_order, args.require_checkpoint)
+    if args.fit:
+        compile_for_fit(strategy, model, optimizer, per_call)
+        order.append(steps_per_epoch)
+        callbacks, done = fit_backup(
+            backup_dir, model, steps_per_epoch, order, args.require_checkpoint
+        )
+    else:
+        manager, step, saved_order = checkpointing(args.ckpt_dir, model, optimizer, order)
+        done = restore(manager, step, saved_order, args.require_checkpoint)
     total = args.epochs * steps_per_epoch
     resumed = f"resumed at step {done}" if done else "starting at step 0"
     share = ""  # said only when an epoch leaves batches out (fit's whole calls: under 1%)
@@ -486,12 +582,16 @@ def main(argv=None, strategy=None):
             batch = ctx.get_per_replica_batch_size(global_batch)
             return make_dataset(args.data_dir, ctx, batch, *more, **kw)
 
-        iterator = iter(strategy.distribute_datasets_from_function(per_host))
-        LIVE.append(iterator)
-        return iterator
+        return strategy.distribute_datasets_from_function(per_host)
+
+    def kept_iterator(dataset):
+        LIVE.append(iter(dataset))
+        return LIVE[-1]
 
     eval_steps = math.ceil(test_examples / global_batch)
-    test_iterator = distributed(eval_dataset, eval_steps, test_examples, args.cast_on_host)
+    test_iterator = kept_iterator(
+        distributed(eval_dataset, eval_steps, test_examples, args.cast_on_host)
+    )
     evaluate = make_evaluate(strategy, model)
     accuracy, epoch_start = None, time.perf_counter()
 
@@ -508,12 +608,10 @@ def main(argv=None, strategy=None):
         epoch_start = time.perf_counter()
 
     kw = dict(examples=train_examples, cast=args.cast_on_host, seed=args.seed)
-    if args.fit:
-        one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)  # global batches
-        data = train_dataset(
-            args.data_dir, one_pipeline, global_batch, steps_per_epoch, args.epochs, **kw
-        )
-        compile_for_fit(strategy, model, optimizer, per_call)
+    if args.fit and done < total:
+        # Every host reads its own files, from the step the backup restored (fit restarts
+        # at that epoch): an uninterrupted run's data, batch for batch.
+        data = distributed(train_dataset, steps_per_epoch, args.epochs, done, **kw)
         model.make_train_function()  # Keras drops its iterator when fit returns: keep it (LIVE)
         keras_step = model.train_function
         model.train_function = lambda iterator: LIVE.append(iterator) or keras_step(iterator)
@@ -523,12 +621,19 @@ def main(argv=None, strategy=None):
         # One fit call for all epochs: each call would start the data from its beginning.
         epoch_start = time.perf_counter()
         model.fit(
-            data, epochs=args.epochs, steps_per_epoch=steps_per_epoch, callbacks=[log], verbose=0
+            data,
+            epochs=args.epochs,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=False,  # the pipeline's own seeded order (Keras would warn)
+            callbacks=[*callbacks, log],  # the backup first: on disk before the epoch's line
+            verbose=0,
         )
         done = total
         print(f"fit with steps_per_execution={per_call}")
     elif done < total:
-        train_iterator = distributed(train_dataset, steps_per_epoch, args.epochs, done, **kw)
+        train_iterator = kept_iterator(
+            distributed(train_dataset, steps_per_epoch, args.epochs, done, **kw)
+        )
         train_steps = many_steps(strategy, make_train_step(model, optimizer, global_batch))
         save_every = args.save_every or steps_per_epoch
         loss_sum, steps = 0.0, 0  # this epoch's, since its start or the restart
@@ -545,7 +650,7 @@ def main(argv=None, strategy=None):
                 loss_sum, steps = 0.0, 0
     if accuracy is None:  # started after the last step: nothing left to train
         accuracy = evaluate(test_iterator, eval_steps)[1]
-    saved = "no checkpoints (--fit)" if args.fit else f"checkpoints in {args.ckpt_dir}"
+    saved = f"a backup in {backup_dir}" if args.fit else f"checkpoints in {args.ckpt_dir}"
     print(
         f"done: {done} steps, test accuracy {accuracy:.4f} on all {test_examples} test images, "
         f"{time.perf_counter() - start:.0f} s; {saved}"

@@ -1,13 +1,10 @@
-"""Around checkpoints (notebook 08_checkpoints_and_preemption): a ``fit`` backup kept safe, and the leftovers of a killed save.
+"""Around checkpoints (notebook 08_checkpoints_and_preemption): the leftovers of a killed save.
 
-The custom loop's checkpoint, save and its one restore path are the reference script's part
-"checkpoint" (``train_tpu.checkpointing``, ``save_checkpoint``, ``restore``), shown by notebook
-08_checkpoints_and_preemption. This module keeps what is not a learner's training code:
-
-- :func:`fit_backup_callbacks` gives ``fit`` Keras' ``BackupAndRestore`` with its previous
-  backup kept, plus a check that the restored weights and the restored epoch agree (notebook
-  08_checkpoints_and_preemption's aside; ``helpers._programs.preemptible`` runs it).
-- :func:`repair` tidies what a save killed at any instant leaves (see below).
+The custom loop's checkpoint, save and its one restore path, and ``fit``'s backup, are the
+reference script's part "checkpoint" (``train_tpu.checkpointing``, ``save_checkpoint``,
+``restore``, ``fit_backup``), shown by notebook 08_checkpoints_and_preemption. This module keeps
+what is not a learner's training code: :func:`repair` tidies what a save killed at any instant
+leaves (see below).
 
 Why a checkpoint interrupted mid-write is never picked as the latest: ``CheckpointManager.save``
 first writes the checkpoint's files (``ckpt-N.index``, ``ckpt-N.data-...``), and only then
@@ -30,14 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers import tf_internals
-from helpers._arguments import positive_int
 
 __all__ = [
     "STATE_FILE",
     "CheckpointError",
-    "CheckpointMismatchError",
     "CheckpointNotFoundError",
-    "fit_backup_callbacks",
     "Repair",
     "repair",
 ]
@@ -54,10 +48,6 @@ class CheckpointError(RuntimeError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """There is no (complete) checkpoint where one was expected."""
-
-
-class CheckpointMismatchError(CheckpointError, ValueError):
-    """The checkpoint does not fit the objects it is restored into."""
 
 
 def checkpoint_files(prefix: str | os.PathLike) -> list[str]:
@@ -191,51 +181,3 @@ def repair(directory: str | os.PathLike) -> Repair:
             save_relative_paths=True,
         )
     return result
-
-
-def fit_backup_callbacks(backup_dir: str | os.PathLike, steps_per_epoch: int) -> list:
-    """Callbacks that make ``model.fit`` resumable after a kill (notebook 08_checkpoints_and_preemption, cell ``backup-callback``).
-
-    1. ``keras.callbacks.BackupAndRestore`` saving at the end of every epoch, with
-       ``double_checkpoint=True``: Keras rewrites its backup file in place, so a kill during that
-       write leaves a torn file; with the previous backup kept, the restart falls back to it
-       instead of failing.
-    2. A check that runs once training (re)starts: the optimizer's step counter, restored with
-       the weights, must equal ``first_epoch * steps_per_epoch``. Keras writes the weights and the
-       epoch number to two files, one after the other; a kill between the two would make
-       ``fit`` redo an epoch on weights that already learnt it. The check turns that into a
-       :class:`CheckpointMismatchError` instead of extra, silent training.
-
-    Needs ``steps_per_epoch`` (pass the same value to ``fit``).
-    """
-    import keras
-
-    positive_int("steps_per_epoch", steps_per_epoch)
-    backup_dir = os.fspath(backup_dir)
-
-    class ResumeCheck(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.first_epoch = None
-
-        def on_train_begin(self, logs=None):
-            self.first_epoch = None
-
-        def on_epoch_begin(self, epoch, logs=None):
-            if self.first_epoch is not None:
-                return
-            self.first_epoch = epoch
-            steps = int(self.model.optimizer.iterations.numpy())
-            if steps != epoch * steps_per_epoch:
-                raise CheckpointMismatchError(
-                    f"the backup in {backup_dir} is inconsistent: its weights are from step "
-                    f"{steps}, but fit resumes at epoch {epoch} (step "
-                    f"{epoch * steps_per_epoch} with steps_per_epoch={steps_per_epoch}). Either "
-                    "steps_per_epoch changed, or the last run died between writing the weights "
-                    "and the epoch number. Delete the directory to start over."
-                )
-
-    backup = keras.callbacks.BackupAndRestore(
-        backup_dir, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False
-    )
-    return [backup, ResumeCheck()]

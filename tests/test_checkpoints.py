@@ -132,32 +132,42 @@ def _fit_setup(seed: int = 0):
 
 
 STEPS = 4
+FIT_ORDER = [*ORDER, STEPS]  # fit's backup also holds the steps per epoch
 
 
-def _fit(backup, epochs, seed=0):
+def _fit(backup, epochs, seed=0, order=FIT_ORDER, require=False):
     model, ds = _fit_setup(seed)
-    callbacks = checkpoints.fit_backup_callbacks(backup, STEPS)
+    callbacks, done = train_tpu.fit_backup(str(backup), model, STEPS, order, require)
     history = model.fit(ds, epochs=epochs, steps_per_epoch=STEPS, callbacks=callbacks, verbose=0)
-    return model, history
+    return model, history, done
 
 
-def test_fit_backup_callbacks_validate_and_configure(tmp_path):
-    with pytest.raises(ValueError, match="steps_per_epoch must be a positive integer"):
-        checkpoints.fit_backup_callbacks(tmp_path, 2.5)
-    with pytest.raises(ValueError, match="steps_per_epoch must be a positive integer"):
-        checkpoints.fit_backup_callbacks(tmp_path, 0)
-    backup, check = checkpoints.fit_backup_callbacks(tmp_path, 3)
-    assert isinstance(backup, keras.callbacks.BackupAndRestore)
+def test_fit_backup_is_backup_and_restore_at_every_epoch_end_keeping_the_previous(tmp_path):
+    (backup, check), done = train_tpu.fit_backup(str(tmp_path), _fit_setup()[0], 3, FIT_ORDER)
+    assert isinstance(backup, keras.callbacks.BackupAndRestore) and done == 0
     assert backup.double_checkpoint and backup.save_freq == "epoch"
-    assert isinstance(check, keras.callbacks.Callback)
+    assert not backup.delete_checkpoint and isinstance(check, keras.callbacks.Callback)
 
 
 def test_fit_resumes_after_the_last_finished_epoch(tmp_path):
     backup = tmp_path / "backup"
     _fit(backup, epochs=2)
-    model, history = _fit(backup, epochs=3, seed=1)  # a restart with the same callbacks
+    model, history, done = _fit(backup, epochs=3, seed=1)  # a restart: restored before fit
+    assert done == 2 * STEPS  # where the restart's data must start
     assert len(history.history["loss"]) == 1  # only the third epoch was trained
     assert int(model.optimizer.iterations.numpy()) == 3 * STEPS
+
+
+def test_fit_backup_refuses_to_start_over_when_asked_to_resume(tmp_path):
+    with pytest.raises(train_tpu.UsageError, match=r"No backup in .* \(--require-checkpoint\)"):
+        _fit(tmp_path / "backup", epochs=1, require=True)
+
+
+def test_fit_backup_refuses_another_data_order(tmp_path):
+    backup = tmp_path / "backup"
+    _fit(backup, epochs=1)
+    with pytest.raises(train_tpu.UsageError, match="another seed, batch or data size"):
+        _fit(backup, epochs=2, order=[*ORDER, STEPS + 1])
 
 
 def test_fit_refuses_a_backup_whose_epoch_and_weights_disagree(tmp_path):
@@ -165,7 +175,7 @@ def test_fit_refuses_a_backup_whose_epoch_and_weights_disagree(tmp_path):
     _fit(backup, epochs=2)
     # A kill after the weights of epoch 2 were written but before its epoch number was.
     (backup / "training_metadata.json").write_text(json.dumps({"epoch": 1, "batch": 0}))
-    with pytest.raises(checkpoints.CheckpointMismatchError, match="weights are from step 8"):
+    with pytest.raises(train_tpu.UsageError, match="weights of step 8 but resumes at epoch 1"):
         _fit(backup, epochs=3)
 
 
@@ -174,23 +184,23 @@ def test_a_torn_fit_backup_falls_back_to_the_previous_one(tmp_path):
     _fit(backup, epochs=2)  # the second save keeps the first as .bkp
     weights = backup / "latest.weights.h5"
     weights.write_bytes(weights.read_bytes()[:2048])  # killed while writing
-    model, history = _fit(backup, epochs=3, seed=1)
-    assert len(history.history["loss"]) == 2  # resumed after epoch 1, from the previous backup
+    model, history, done = _fit(backup, epochs=3, seed=1)
+    assert done == STEPS and len(history.history["loss"]) == 2  # from the previous backup
     assert int(model.optimizer.iterations.numpy()) == 3 * STEPS
 
 
-def test_a_torn_fit_backup_without_a_previous_one_fails_loudly(tmp_path):
+def test_a_torn_fit_backup_without_a_previous_one_is_one_sentence(tmp_path):
     backup = tmp_path / "backup"
     _fit(backup, epochs=1)  # one save: no previous backup to fall back to
     assert not (backup / "latest.weights.h5.bkp").exists()
     weights = backup / "latest.weights.h5"
     weights.write_bytes(weights.read_bytes()[:2048])
-    with pytest.raises(OSError):
+    with pytest.raises(train_tpu.UsageError, match="cannot be read .*: delete it"):
         _fit(backup, epochs=2)
 
 
-def test_fit_backup_callbacks_give_lesson_08s_backup_and_restore(tmp_path):
-    """The callback notebook 08_checkpoints_and_preemption builds (cell backup-callback) is the one the fit program gets."""
+def test_the_scripts_fit_backup_is_lesson_08s_backup_and_restore(tmp_path):
+    """The callback notebook 08_checkpoints_and_preemption builds (cell backup-callback) is the script's."""
     keras = pytest.importorskip("keras")
     notebook = (
         Path(__file__).resolve().parent.parent / "notebooks" / "08_checkpoints_and_preemption.ipynb"
@@ -199,7 +209,9 @@ def test_fit_backup_callbacks_give_lesson_08s_backup_and_restore(tmp_path):
     lesson = {"keras": keras, "WORK": tmp_path}
     exec("".join(next(c for c in cells if c.get("id") == "backup-callback")["source"]), lesson)
     shown = lesson["backup"]
-    given, check = checkpoints.fit_backup_callbacks(lesson["backup_dir"], steps_per_epoch=4)
+    (given, check), _ = train_tpu.fit_backup(
+        str(lesson["backup_dir"]), _fit_setup()[0], 4, FIT_ORDER
+    )
     assert type(given) is type(shown) is keras.callbacks.BackupAndRestore
     settings = ("backup_dir", "save_freq", "double_checkpoint", "delete_checkpoint")
     assert {k: getattr(given, k) for k in settings} == {k: getattr(shown, k) for k in settings}

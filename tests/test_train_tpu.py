@@ -130,6 +130,15 @@ def test_require_checkpoint_refuses_an_empty_folder_without_a_traceback(tmp_path
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 
+def test_fit_asked_to_resume_does_not_take_the_custom_loops_checkpoint(tmp_path):
+    # A custom-loop checkpoint in the folder: --fit keeps its backup in CKPT_DIR/fit.
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "checkpoint").write_text('model_checkpoint_path: "ckpt-32"\n')
+    (tmp_path / "ckpt" / "ckpt-32.index").write_text("")
+    with pytest.raises(train_tpu.UsageError, match=r"^No checkpoint in .*ckpt/fit to resume"):
+        train_tpu.main(["--fit", "--require-checkpoint", "--ckpt-dir", str(tmp_path / "ckpt")])
+
+
 def test_help_lists_the_options(capsys):
     with pytest.raises(SystemExit) as caught:
         train_tpu.parse_args(["--help"])
@@ -162,6 +171,45 @@ def small_data(tmp_path_factory):
         str(folder), {"train": (x[:1024], y[:1024]), "test": (xt[:300], yt[:300])}
     )
     return folder
+
+
+def _damaged_copy(small_data, tmp_path, damage):
+    import shutil
+
+    folder = tmp_path / "records"
+    shutil.copytree(small_data, folder)
+    first = folder / "train-00000-of-00008.tfrecord"
+    if damage == "short":  # a copy cut off
+        first.write_bytes(first.read_bytes()[:-100])
+    elif damage == "missing":
+        first.unlink()
+    else:  # a file from another write
+        (folder / "train-00000-of-00004.tfrecord").write_bytes(first.read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize(
+    "damage, sentence",
+    [
+        ("short", "train-00000-of-00008.tfrecord holds 107164 bytes where info.json says 107264"),
+        ("missing", "train-00000-of-00008.tfrecord is missing (info.json lists it): copy"),
+        ("stray", "train-00000-of-00004.tfrecord is not listed in info.json: move it elsewhere."),
+    ],
+)
+def test_damaged_data_is_refused_before_training(small_data, tmp_path, damage, sentence):
+    folder = _damaged_copy(small_data, tmp_path, damage)
+    with pytest.raises(train_tpu.UsageError, match=re.escape(sentence)):
+        train_tpu.main(["--data-dir", str(folder), "--ckpt-dir", str(tmp_path / "ckpt")])
+    assert not (tmp_path / "ckpt" / "checkpoint").exists()  # nothing trained
+    assert train_tpu.read_info(str(small_data))["train"] == [128] * 8  # the original is whole
+
+
+def test_damaged_data_ends_the_script_with_one_sentence(small_data, tmp_path):
+    folder = _damaged_copy(small_data, tmp_path, "short")
+    done = _run(["--data-dir", str(folder), "--ckpt-dir", "ckpt"], tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (last,) = [line for line in done.stderr.splitlines() if line.startswith("train_tpu:")]
+    assert "cut short or changed): copy the folder again, or delete it" in last
 
 
 def test_a_very_small_run_prints_a_line_per_epoch_and_evaluates_every_test_image(
@@ -230,11 +278,63 @@ def test_killed_before_an_epoch_ends_it_resumes_mid_epoch_with_the_same_weights(
     assert _accuracy(resumed.stdout) == _accuracy(reference[0])
 
 
-@pytest.mark.slow
-def test_fit_reaches_the_floor(tmp_path, data_dir):
-    done = _run(["--smoke", "--fit", "--data-dir", str(data_dir)], tmp_path)
+@pytest.fixture(scope="module")
+def fit_reference(tmp_path_factory, data_dir):
+    """--fit's uninterrupted run: --smoke's 3 epochs of 32 steps, its backup in ckpt/fit."""
+    cwd = tmp_path_factory.mktemp("fit")
+    done = _run(["--smoke", "--fit", "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"], cwd)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, cwd / "ckpt" / "fit"
+
+
+def _backup_weights(folder):
+    """Every array of fit's backup (Keras' latest.weights.h5), by its place in the file."""
+    import h5py
+
+    arrays = {}
+    with h5py.File(folder / "latest.weights.h5", "r") as weights:
+        weights.visititems(
+            lambda name, item: arrays.update({name: item[()]}) if hasattr(item, "shape") else None
+        )
+    return arrays
+
+
+@pytest.mark.slow
+def test_fit_reaches_the_floor(fit_reference):
+    stdout, _ = fit_reference
     # 8 replicas of a MirroredStrategy: one step per call (keras-team/keras#19246).
-    assert "fit with steps_per_execution=1" in done.stdout
-    assert len(re.findall(r"^epoch \d/3: loss", done.stdout, re.M)) == 3
-    assert _accuracy(done.stdout) > FLOOR, done.stdout
+    assert "fit with steps_per_execution=1" in stdout
+    assert len(re.findall(r"^epoch \d/3: loss", stdout, re.M)) == 3
+    assert _accuracy(stdout) > FLOOR, stdout
+
+
+@pytest.mark.slow
+def test_fit_killed_mid_epoch_resumes_at_its_last_epoch_with_the_same_weights(
+    tmp_path, data_dir, fit_reference
+):
+    # SIGKILL as soon as epoch 1's line is out (its backup is written before the line): the
+    # kill lands inside epoch 2, whose steps are lost; the restart trains epochs 2 and 3 on the
+    # data an uninterrupted run gives them, and ends with its weights, bit for bit.
+    args = ["--smoke", "--fit", "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"]
+    run = subprocess.Popen(
+        [sys.executable, str(SCRIPT), *args], cwd=tmp_path, env=_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for line in run.stdout:
+            if line.startswith("epoch 1/3"):
+                run.kill()
+                break
+    finally:
+        run.kill()
+        run.wait(timeout=60)
+    assert run.returncode == -9
+    resumed = _run([*args, "--require-checkpoint"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "32 steps per epoch; resumed at step 32" in resumed.stdout
+    assert re.findall(r"^epoch (\d)/3", resumed.stdout, re.M) == ["2", "3"]
+    expected, got = _backup_weights(fit_reference[1]), _backup_weights(tmp_path / "ckpt" / "fit")
+    assert expected.keys() == got.keys() and len(got) > 10
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)  # bit for bit
+    assert _accuracy(resumed.stdout) == _accuracy(fit_reference[0])

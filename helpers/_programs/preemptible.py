@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from helpers import checkpoints, processes
+from helpers import processes
 from helpers.checkpoints import CheckpointNotFoundError
 from helpers.preemption import RunConfig
 
@@ -72,8 +72,8 @@ def connect_on_the_cpu(replicas: int):
 
 
 def train_fit(config: RunConfig, strategy, log: ProgressLog) -> dict:
-    """The script's model, pipeline and ``compile_for_fit``, with ``BackupAndRestore`` (via
-    :func:`helpers.checkpoints.fit_backup_callbacks`).
+    """The script's model, pipeline and ``compile_for_fit``, with its ``fit_backup`` (Keras'
+    ``BackupAndRestore``, restored before the data is built: the data starts at its step).
 
     ``steps_per_execution`` stays 1: with 2 or more replicas, values above 1 fail in Keras 3
     under ``MirroredStrategy`` (the script's ``fit_steps_per_execution`` says so).
@@ -84,22 +84,24 @@ def train_fit(config: RunConfig, strategy, log: ProgressLog) -> dict:
     import train_tpu
 
     backup_dir = Path(config.workdir) / "backup"
-    if config.require_checkpoint and not (backup_dir / "training_metadata.json").exists():
-        raise CheckpointNotFoundError(
-            f"no backup in {backup_dir}, and this run was asked to continue one"
-        )
     keras.utils.set_random_seed(config.seed)
     model, optimizer = train_tpu.build(strategy, config.learning_rate, seed=config.seed)
     train_tpu.compile_for_fit(strategy, model, optimizer, 1)
+    order = [config.seed, config.global_batch, TRAIN_IMAGES, config.steps_per_epoch]
+    callbacks, start = train_tpu.fit_backup(
+        str(backup_dir), model, config.steps_per_epoch, order, config.require_checkpoint
+    )
     (x_train, y_train), _ = train_tpu.load_fashion_mnist()
     folder = str(Path(config.workdir) / "data")
     train = {"train": (x_train[:TRAIN_IMAGES], y_train[:TRAIN_IMAGES])}  # fit evaluates nothing
     train_tpu.write_tfrecords(folder, train)  # once: a restart finds them complete
-    one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)  # global batches, as --fit
-    dataset = train_tpu.train_dataset(
-        folder, one_pipeline, config.global_batch, config.steps_per_epoch, config.epochs,
-        seed=config.seed,
-    )  # fmt: skip
+    one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)  # global batches: one host
+    dataset = None  # a finished run started again: nothing left to train
+    if start < config.epochs * config.steps_per_epoch:
+        dataset = train_tpu.train_dataset(
+            folder, one_pipeline, config.global_batch, config.steps_per_epoch, config.epochs,
+            start, seed=config.seed,
+        )  # fmt: skip
 
     class Progress(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
@@ -124,15 +126,15 @@ def train_fit(config: RunConfig, strategy, log: ProgressLog) -> dict:
             log.write("checkpoint", step=done, path=str(backup_dir))
             log.write("epoch_end", epoch=epoch, step=done, loss=float(logs["loss"]))
 
-    callbacks = checkpoints.fit_backup_callbacks(backup_dir, config.steps_per_epoch)
-    model.fit(
-        dataset,
-        epochs=config.epochs,
-        steps_per_epoch=config.steps_per_epoch,
-        shuffle=False,  # the pipeline's own seeded order
-        callbacks=[*callbacks, Progress()],
-        verbose=0,
-    )
+    if dataset is not None:  # None: finished before, nothing left to train
+        model.fit(
+            dataset,
+            epochs=config.epochs,
+            steps_per_epoch=config.steps_per_epoch,
+            shuffle=False,  # the pipeline's own seeded order
+            callbacks=[*callbacks, Progress()],
+            verbose=0,
+        )
     result = {
         "step": int(optimizer.iterations.numpy()),
         "optimizer_iterations": int(optimizer.iterations.numpy()),
