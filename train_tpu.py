@@ -27,9 +27,23 @@ import time
 os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.distribute needs Keras on TensorFlow (not JAX)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up notes
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+# Keras 3; or tf-keras (Keras 2) with TF_USE_LEGACY_KERAS=1, as Google's own TensorFlow pod tests
+# run: the same variable makes tf.keras tf-keras (install tf-keras of TensorFlow's version).
+LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
+if LEGACY_KERAS:
+    try:
+        import tf_keras as keras
+    except ImportError:
+        raise ImportError(
+            "TF_USE_LEGACY_KERAS=1 needs tf-keras of TensorFlow's version: pip install "
+            f"tf-keras~={'.'.join(tf.__version__.split('.')[:2])}.0"
+        ) from None
+else:
+    import keras  # noqa: E402
+KERAS = f"{'tf-keras' if LEGACY_KERAS else 'Keras'} {keras.__version__}"  # which, for the log
 
 IMAGE_SHAPE = (28, 28, 1)
 CLASSES = 10
@@ -215,6 +229,14 @@ def host_files(folder, split, ctx):
     return files[ctx.input_pipeline_id :: ctx.num_input_pipelines]
 
 
+def read_records(files):
+    """The records of these files, several read at once (the Cloud TPU performance guide's first
+    fix for a model waiting on its input; lesson 06_input_pipelines), in an order the files
+    alone fix: one record from each in turn, which resuming relies on (with_options keeps the
+    order deterministic)."""
+    return tf.data.TFRecordDataset(files, num_parallel_reads=len(files))
+
+
 def with_options(ds):
     options = tf.data.Options()
     # Each host reads its own files already (host_files); OFF says so. Keras' fit hands the
@@ -236,7 +258,7 @@ def train_dataset(
     first_epoch, done = divmod(start_step, steps_per_epoch)
     ds = None
     for epoch in range(first_epoch, epochs):
-        records = tf.data.TFRecordDataset(files)
+        records = read_records(files)
         if examples:
             records = records.take(examples // ctx.num_input_pipelines)
         # The same order in every iterator made of it: Keras' fit under a strategy draws a
@@ -253,7 +275,7 @@ def train_dataset(
 def eval_dataset(folder, ctx, batch, steps, examples=None, cast=False):
     """Every test image once per `steps` batches, over and over. A TPU runs one static shape:
     the last batch is filled up with blank examples, whose weight 0 keeps them out of it all."""
-    records = tf.data.TFRecordDataset(host_files(folder, "test", ctx))
+    records = read_records(host_files(folder, "test", ctx))
     if examples:
         records = records.take(examples // ctx.num_input_pipelines)
     blank = example_bytes(np.zeros(IMAGE_SHAPE, np.uint8), 0)
@@ -395,6 +417,13 @@ def save_checkpoint(manager, step):
     return manager.save(checkpoint_number=step)
 
 
+def fit_backup_saved(folder):
+    """Whether `folder` holds a fit backup: Keras 3's weights file, or tf-keras' checkpoint."""
+    if LEGACY_KERAS:
+        return tf.train.latest_checkpoint(f"{folder}/chief") is not None
+    return tf.io.gfile.exists(f"{folder}/latest.weights.h5")
+
+
 def fit_backup(folder, model, steps_per_epoch, order, require=False):
     """fit's checkpoints: Keras' BackupAndRestore under `folder`, restored now, so that the data
     can start where training does. Returns (callbacks for fit, steps already trained). It saves
@@ -402,8 +431,9 @@ def fit_backup(folder, model, steps_per_epoch, order, require=False):
     batch), keeps the previous save (a kill mid-write leaves one intact) and keeps the last (a
     finished job run again trains nothing). The weights and the epoch are two files written one
     after the other: a check refuses a pair that disagrees, rather than train an epoch twice."""
+    keep_previous = {} if LEGACY_KERAS else {"double_checkpoint": True}  # tf-keras: its own
     backup = keras.callbacks.BackupAndRestore(
-        folder, save_freq="epoch", double_checkpoint=True, delete_checkpoint=False
+        folder, save_freq="epoch", delete_checkpoint=False, **keep_previous
     )
     saved_order = f"{folder}/order.json"  # (seed, global batch, examples, steps per epoch)
     if tf.io.gfile.exists(saved_order):
@@ -526,10 +556,7 @@ def main(argv=None, strategy=None):
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise UsageError(f"Cannot write to {folder} ({reason}).") from None
     backup_dir = f"{args.ckpt_dir}/fit"  # --fit's backup: Keras' files, beside the loop's
-    if args.fit:
-        saved = tf.io.gfile.exists(f"{backup_dir}/latest.weights.h5")
-    else:
-        saved = tf.train.latest_checkpoint(args.ckpt_dir)
+    saved = fit_backup_saved(backup_dir) if args.fit else tf.train.latest_checkpoint(args.ckpt_dir)
     if args.require_checkpoint and not saved:  # fail now, before the TPU is initialised
         where = backup_dir if args.fit else args.ckpt_dir
         raise UsageError(f"No checkpoint in {where} to resume from (--require-checkpoint).")
@@ -573,8 +600,8 @@ def main(argv=None, strategy=None):
     if steps_per_epoch < batches:
         share = f" ({steps_per_epoch / batches:.1%} of {batches} batches)"
     print(
-        f"{type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), global batch "
-        f"{global_batch}, {steps_per_epoch} steps per epoch{share}; {resumed}"
+        f"{type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), {KERAS}, "
+        f"global batch {global_batch}, {steps_per_epoch} steps per epoch{share}; {resumed}"
     )
 
     def distributed(make_dataset, *more, **kw):  # each host builds its share of global batches

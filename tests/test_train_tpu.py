@@ -92,7 +92,8 @@ def test_imports_only_tensorflow_keras_numpy_and_the_standard_library():
         a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
     }
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert names - set(sys.stdlib_module_names) == {"tensorflow", "keras", "numpy"}
+    # tf_keras: only with TF_USE_LEGACY_KERAS=1, in place of keras (tests/test_tf_keras.py).
+    assert names - set(sys.stdlib_module_names) == {"tensorflow", "keras", "tf_keras", "numpy"}
 
 
 @pytest.mark.parametrize(
@@ -173,6 +174,17 @@ def small_data(tmp_path_factory):
     return folder
 
 
+def test_records_are_read_from_every_file_at_once_in_a_fixed_order(small_data):
+    # 8 files of 128 training images: file k starts with image 128 k. Read in parallel, the
+    # first 8 records are each file's first, in file order, every time.
+    (_, y), _ = train_tpu.load_fashion_mnist()
+    files = sorted(str(p) for p in small_data.glob("train-*.tfrecord"))
+    for _ in range(2):
+        first = next(iter(train_tpu.read_records(files).batch(8)))
+        _, labels = train_tpu.parse_batch(first)
+        assert labels.numpy().tolist() == y[0:1024:128].tolist()
+
+
 def _damaged_copy(small_data, tmp_path, damage):
     import shutil
 
@@ -225,7 +237,8 @@ def test_a_very_small_run_prints_a_line_per_epoch_and_evaluates_every_test_image
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert lines[0] == (
-        "MirroredStrategy, 2 replica(s), global batch 64, 16 steps per epoch; starting at step 0"
+        f"MirroredStrategy, 2 replica(s), {train_tpu.KERAS}, global batch 64, 16 steps per "
+        "epoch; starting at step 0"
     )
     for epoch, line in enumerate(lines[1:3], 1):
         assert re.match(rf"epoch {epoch}/2: loss [0-9.]+, test loss [0-9.]+, test accuracy", line)

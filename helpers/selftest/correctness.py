@@ -170,13 +170,14 @@ def fit(context: Context, *, loss=None, evaluate_steps=None) -> Outcome:
     reports their mean, silently, so the check evaluates a whole number of calls and fails when
     Keras ran another number of batches than it asked for. ``loss`` replaces the compiled loss
     (default: the script's), ``evaluate_steps`` the batches evaluated. Run by the self-test of
-    notebook 00_tpu_self_test.
+    notebook 00_tpu_self_test. The evidence names the Keras that trained: Keras 3, or tf-keras
+    when ``TF_USE_LEGACY_KERAS=1`` (the script's fallback).
     """
-    import keras
     import tensorflow as tf
 
     import train_tpu
 
+    keras = train_tpu.keras  # Keras 3, or tf-keras: the one the script's model is built with
     strategy = context.need_strategy()
     images = context.images()
     replicas = context.replicas
@@ -211,6 +212,7 @@ def fit(context: Context, *, loss=None, evaluate_steps=None) -> Outcome:
     reference = fitting.single_device_evaluation(model, x, y)
     rtol, notes = _tolerance(context, 1e-4)
     evidence = {
+        "keras": train_tpu.KERAS,
         "running_mean_losses": [round(v, 5) for v in losses],
         "steps": steps,
         "replicas": replicas,
@@ -255,7 +257,7 @@ def judge_fit(evidence: dict, notes=()) -> Outcome:
     success = (
         f"loss {losses[0]:.3f} at step 1, mean {losses[-1]:.3f} over {evidence['steps']} steps; "
         f"evaluate on {evidence['replicas']} replicas ({ran} batches, {asked} asked) matches "
-        f"one device within {gap:.1g} (tolerance {rtol:g})"
+        f"one device within {gap:.1g} (tolerance {rtol:g}); {evidence.get('keras', 'Keras')}"
         if finite
         else ""
     )

@@ -1,0 +1,70 @@
+"""The reference script on tf-keras (Keras 2), the fallback Google's own TensorFlow pod tests run.
+
+``TF_USE_LEGACY_KERAS=1`` makes the script import ``tf_keras`` (the main stack installs it) in
+place of Keras 3. Its quick run must reach the floor that lessons 03_keras_compile_and_fit and
+04_custom_training_loops assert, and ``fit`` must resume from tf-keras' own backup. Main stack
+only: the other stacks are the platforms' pins, which do not carry tf-keras.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "train_tpu.py"
+FLOOR = 0.80  # 03_keras_compile_and_fit's and 04_custom_training_loops', on Fashion-MNIST
+HIDE = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
+
+
+def _run(args, cwd):
+    env = {k: v for k, v in os.environ.items() if k not in HIDE}
+    env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+
+
+def _accuracy(stdout):
+    return float(re.search(r"^done: .* test accuracy ([0-9.]+) on all", stdout, re.M).group(1))
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    import train_tpu
+
+    folder = tmp_path_factory.mktemp("data") / "records"
+    (x, y), (xt, yt) = train_tpu.load_fashion_mnist()
+    train_tpu.write_tfrecords(str(folder), {"train": (x, y), "test": (xt, yt)})
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_the_quick_run_trains_on_tf_keras_to_the_floor(tmp_path, data_dir):
+    import tf_keras  # the main stack's requirements install it: missing, the test fails
+
+    done = _run(["--smoke", "--data-dir", data_dir], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f", tf-keras {tf_keras.__version__}, " in done.stdout.splitlines()[0]
+    assert len(re.findall(r"^epoch \d/3: loss", done.stdout, re.M)) == 3
+    assert _accuracy(done.stdout) > FLOOR, done.stdout
+
+
+@pytest.mark.slow
+def test_fit_on_tf_keras_resumes_from_its_own_backup(tmp_path, data_dir):
+    # tf-keras' BackupAndRestore keeps a tf.train.Checkpoint in BACKUP/chief, not Keras 3's
+    # weights file: the script's fit_backup_saved and --require-checkpoint must find it.
+    args = ["--fit", "--train-examples", "4096", "--data-dir", data_dir, "--ckpt-dir", "ckpt"]
+    first = _run([*args, "--epochs", "1"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert (tmp_path / "ckpt" / "fit" / "chief" / "checkpoint").exists()
+    again = _run([*args, "--epochs", "2", "--require-checkpoint"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "8 steps per epoch; resumed at step 8" in again.stdout
+    assert re.findall(r"^epoch (\d)/2", again.stdout, re.M) == ["2"]
