@@ -1,11 +1,14 @@
 """Train a small CNN on Fashion-MNIST with tf.distribute: on a TPU, on GPUs, or on a simulated TPU.
 
 The TPU Field Guide's reference script: plain TensorFlow, Keras, NumPy and the standard library,
-one file to copy. It runs unchanged on Kaggle's TPU v5e-8, Colab's v5e-1, a Cloud TPU VM, GPUs,
-and a CPU (there, a simulated TPU of --replicas logical CPU devices). Run it twice with the same
---ckpt-dir and the second run continues where the first stopped, even after a SIGKILL (with
---fit, after the last finished epoch). A data folder whose files differ from its info.json is
-refused before training.
+one file to copy. It is written for Kaggle's TPU v5e-8, Colab's v5e-1 and Cloud TPU VMs, but so
+far it has run only on CPUs (a simulated TPU of --replicas logical CPU devices, on the three
+TensorFlow versions CI tests): no run on TPU hardware is on record yet. On Colab and Kaggle,
+install the TPU build of TensorFlow and restart the session first (README, "Running on a real
+TPU"); then bring the file in: the lessons' setup cell installs it (python -m train_tpu), or
+download train_tpu.py from the repository. Run it twice with the same --ckpt-dir and the second
+run continues where the first stopped, even after a SIGKILL (with --fit, after the last
+finished epoch). A data folder whose files differ from its info.json is refused before training.
 
     python train_tpu.py --smoke                  # about a minute on a laptop's CPU
     python train_tpu.py --ckpt-dir gs://bucket/run1 --data-dir gs://bucket/fmnist  # a TPU VM
@@ -294,8 +297,10 @@ def build_model(bf16=True, seed=0, input_dtype="uint8"):
 
     mixed_bfloat16 (bfloat16 math, float32 variables) is set per layer, so nothing global
     changes; the float32 last layer keeps the logits and the loss precise. uint8 pixels (a
-    quarter of float32's bytes to send) are scaled on the device: XLA runs u8 on TPUs
-    (jax-ml/jax#4011), unverified for TPUStrategy (tensorflow/tensorflow#37426 said no in 2020).
+    quarter of float32's bytes to send) are scaled on the device. TensorFlow lists DT_UINT8
+    among the types a TPU takes (kTpuAllTypes, tensorflow/core/tpu/tpu_defs.h) and XLA runs u8
+    on TPUs (jax-ml/jax#4011), though TensorFlow's TPU team said no in 2020
+    (tensorflow/tensorflow#37426): unverified on hardware; if it fails, pass --cast-on-host.
     """
     policy = "mixed_bfloat16" if bf16 else "float32"
     init = [keras.initializers.GlorotUniform(seed + i) for i in range(4)]  # the same every run
@@ -413,10 +418,6 @@ def restore(manager, step, saved_order, require=False):
     return int(step.numpy())
 
 
-def save_checkpoint(manager, step):
-    return manager.save(checkpoint_number=step)
-
-
 def fit_backup_saved(folder):
     """Whether `folder` holds a fit backup: Keras 3's weights file, or tf-keras' checkpoint."""
     if LEGACY_KERAS:
@@ -500,7 +501,48 @@ def compile_for_fit(strategy, model, optimizer, steps_per_execution):
 # ---- end of part ----
 
 
-LIVE = []  # main()'s distributed iterators, never deleted: see the end of this file
+# ---- part: simulation ----
+# Only on the simulated TPU (a CPU split into --replicas devices): dropping a distributed
+# iterator there waits for tf.data's autotuning threads, one per replica, which sleep out an
+# optimisation period that doubles up to 60 s as the iterator ages (RootDataset::Iterator's
+# destructor; Keras' fit drops its iterator when it returns: 13 s after a --smoke run). So there
+# main() keeps its iterators and leaves with os._exit. On a TPU or GPUs this part does nothing.
+KEPT = []  # the simulated TPU's iterators, until the process ends
+
+
+def simulated():
+    """True on the simulated TPU: connect() split the CPU into devices."""
+    return bool(_CONNECTED) and _CONNECTED[0][1] is not None
+
+
+def keep(iterator):
+    if simulated():
+        KEPT.append(iterator)
+    return iterator
+
+
+def keep_fits_iterator(model):
+    if simulated():
+        model.make_train_function()
+        step = model.train_function
+
+        def train_function(iterator):  # Keras' own, keeping each iterator it is given
+            KEPT.append(iterator)
+            return step(iterator)
+
+        model.train_function = train_function
+
+
+def leave(status):
+    """End the process with `status`: on the simulated TPU at once, everything being saved."""
+    if simulated():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+# ---- end of part ----
 
 
 def positive(text):
@@ -611,13 +653,9 @@ def main(argv=None, strategy=None):
 
         return strategy.distribute_datasets_from_function(per_host)
 
-    def kept_iterator(dataset):
-        LIVE.append(iter(dataset))
-        return LIVE[-1]
-
     eval_steps = math.ceil(test_examples / global_batch)
-    test_iterator = kept_iterator(
-        distributed(eval_dataset, eval_steps, test_examples, args.cast_on_host)
+    test_iterator = keep(
+        iter(distributed(eval_dataset, eval_steps, test_examples, args.cast_on_host))
     )
     evaluate = make_evaluate(strategy, model)
     accuracy, epoch_start = None, time.perf_counter()
@@ -639,9 +677,7 @@ def main(argv=None, strategy=None):
         # Every host reads its own files, from the step the backup restored (fit restarts
         # at that epoch): an uninterrupted run's data, batch for batch.
         data = distributed(train_dataset, steps_per_epoch, args.epochs, done, **kw)
-        model.make_train_function()  # Keras drops its iterator when fit returns: keep it (LIVE)
-        keras_step = model.train_function
-        model.train_function = lambda iterator: LIVE.append(iterator) or keras_step(iterator)
+        keep_fits_iterator(model)
         log = keras.callbacks.LambdaCallback(
             on_epoch_end=lambda epoch, logs: report(epoch + 1, logs["loss"], steps_per_epoch)
         )
@@ -658,8 +694,8 @@ def main(argv=None, strategy=None):
         done = total
         print(f"fit with steps_per_execution={per_call}")
     elif done < total:
-        train_iterator = kept_iterator(
-            distributed(train_dataset, steps_per_epoch, args.epochs, done, **kw)
+        train_iterator = keep(
+            iter(distributed(train_dataset, steps_per_epoch, args.epochs, done, **kw))
         )
         train_steps = many_steps(strategy, make_train_step(model, optimizer, global_batch))
         save_every = args.save_every or steps_per_epoch
@@ -671,7 +707,7 @@ def main(argv=None, strategy=None):
             steps += n
             done = int(step.assign_add(n))
             if done % save_every == 0 or done % steps_per_epoch == 0:
-                save_checkpoint(manager, done)
+                manager.save(checkpoint_number=done)
             if done % steps_per_epoch == 0:
                 report(done // steps_per_epoch, loss_sum / steps, steps)
                 loss_sum, steps = 0.0, 0
@@ -691,8 +727,4 @@ if __name__ == "__main__":
     except UsageError as err:
         print(f"train_tpu: {err}", file=sys.stderr)
         status = 2
-    # Leave at once (LIVE keeps the iterators): everything is saved, and on the simulated TPU
-    # deleting a distributed iterator waited here for minutes on tf.data's autotuning threads.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    leave(status)

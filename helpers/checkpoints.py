@@ -1,8 +1,8 @@
 """Around checkpoints (notebook 08_checkpoints_and_preemption): the leftovers of a killed save.
 
 The custom loop's checkpoint, save and its one restore path, and ``fit``'s backup, are the
-reference script's part "checkpoint" (``train_tpu.checkpointing``, ``save_checkpoint``,
-``restore``, ``fit_backup``), shown by notebook 08_checkpoints_and_preemption. This module keeps
+reference script's part "checkpoint" (``train_tpu.checkpointing``, ``restore``,
+``fit_backup``), shown by notebook 08_checkpoints_and_preemption. This module keeps
 what is not a learner's training code: :func:`repair` tidies what a save killed at any instant
 leaves (see below).
 

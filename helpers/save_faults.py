@@ -125,21 +125,23 @@ def kill_script(
     ``python -m helpers.save_faults [--kill-at K --phase P] -- ARGS`` (notebook 08_checkpoints_and_preemption and
     tests/test_train_tpu.py start it so); where nothing is killed, that is ``python -m train_tpu ARGS``.
     """
+    import tensorflow as tf
+
     import train_tpu
 
     if phase != "before" and phase not in PHASES:
         raise ValueError(f"phase must be 'before' or one of {PHASES}, got {phase!r}")
-    save = train_tpu.save_checkpoint
+    save = tf.train.CheckpointManager.save  # the script saves with manager.save(checkpoint_number=)
 
-    def killing_save(manager, step):
-        if step == kill_at and phase == "before":
+    def killing_save(manager, checkpoint_number=None, **more):
+        if checkpoint_number == kill_at and phase == "before":
             sigkill()
-        if step == kill_at:
+        if checkpoint_number == kill_at:
             with interrupt_save(phase, sigkill):
-                return save(manager, step)
-        return save(manager, step)
+                return save(manager, checkpoint_number, **more)
+        return save(manager, checkpoint_number, **more)
 
-    train_tpu.save_checkpoint = killing_save
+    tf.train.CheckpointManager.save = killing_save  # this process only: the script is unchanged
     if cpu:
         train_tpu.tpu_signs = list  # no sign of a TPU: connect() builds the simulated one
     return train_tpu.main(argv)
@@ -161,6 +163,4 @@ if __name__ == "__main__":
     except train_tpu.UsageError as err:  # its one sentence, as the script prints it
         print(f"train_tpu: {err}", file=sys.stderr)
         status = 2
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)  # as train_tpu does: its distributed iterators stay alive until the end
+    train_tpu.leave(status)  # as the script ends: at once on the simulated TPU

@@ -64,12 +64,12 @@ def test_a_save_interrupted_in_any_phase_is_repaired_to_the_last_commit(tmp_path
     manager, step, _ = train_tpu.checkpointing(str(tmp_path), model, optimizer, ORDER)
     for number in range(1, 5):
         step.assign(number)
-        train_tpu.save_checkpoint(manager, number)
+        manager.save(checkpoint_number=number)
     committed = model.get_weights()
     _train(model, optimizer)
     step.assign(5)
     with pytest.raises(save_faults.SaveInterrupted), save_faults.interrupt_save(phase):
-        train_tpu.save_checkpoint(manager, 5)
+        manager.save(checkpoint_number=5)
     after_commit = phase in ("sweep", "restate")  # the rename of the state file is the commit
     latest, _ = _state(tmp_path)
     assert latest == ("ckpt-5" if after_commit else "ckpt-4")
@@ -92,7 +92,7 @@ def test_a_save_interrupted_in_any_phase_is_repaired_to_the_last_commit(tmp_path
     assert _same(other.get_weights(), expected)
     # The restarted run saves on as usual, and its manager keeps max_to_keep checkpoints.
     other_step.assign(6)
-    train_tpu.save_checkpoint(restart_manager, 6)
+    restart_manager.save(checkpoint_number=6)
     assert _state(tmp_path)[0] == "ckpt-6" and len(_state(tmp_path)[1]) == 3
 
 
@@ -106,7 +106,7 @@ def test_repair_deletes_nothing_when_no_listed_checkpoint_is_complete(tmp_path):
     model, optimizer = _trained_objects()
     manager, step, _ = train_tpu.checkpointing(str(tmp_path), model, optimizer, ORDER)
     for number in (2, 4):
-        train_tpu.save_checkpoint(manager, number)
+        manager.save(checkpoint_number=number)
     for path in tmp_path.glob("ckpt-*"):
         path.unlink()
     assert tf.train.latest_checkpoint(str(tmp_path)) is None  # a silent start from step 0

@@ -163,6 +163,31 @@ def test_connect_again_with_another_replica_count_is_refused(monkeypatch):
     assert train_tpu.connect(4) is tpu
 
 
+def test_what_only_the_simulated_tpu_needs_stays_in_its_part():
+    # Outside the part "simulation", the script only calls it: keep, keep_fits_iterator, leave.
+    sys.path.insert(0, str(ROOT / "tools"))
+    import script_parts
+
+    text = SCRIPT.read_text(encoding="utf-8")
+    simulation = script_parts.parts(text)["simulation"]
+    outside = text.replace(simulation, "")
+    for only_there in ("os._exit", "KEPT", "_CONNECTED[0][1]", "simulated()"):
+        assert only_there in simulation and only_there not in outside, only_there
+
+
+def test_on_a_tpu_or_gpu_the_simulation_part_does_nothing(monkeypatch):
+    tpu = object()
+    monkeypatch.setattr(train_tpu, "_CONNECTED", [(tpu, None)])  # no replica count of ours
+    monkeypatch.setattr(train_tpu, "KEPT", [])
+    iterator = object()
+    assert train_tpu.keep(iterator) is iterator and train_tpu.KEPT == []
+    with pytest.raises(SystemExit) as ended:  # atexit hooks run (TPUStrategy registers one)
+        train_tpu.leave(3)
+    assert ended.value.code == 3
+    monkeypatch.setattr(train_tpu, "_CONNECTED", [(object(), 8)])  # the simulated TPU
+    assert train_tpu.keep(iterator) is iterator and train_tpu.KEPT == [iterator]
+
+
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
     """A few TFRecords, written by the script's own parts: 1,024 training and 300 test images."""

@@ -445,7 +445,7 @@ def judge_uint8_input(evidence: dict) -> Outcome:
 
 def checkpoint(context: Context, *, restore=None) -> Outcome:
     """Save a model that lives on the strategy with the reference script's ``checkpointing``
-    and ``save_checkpoint``, then ``restore`` it into the same model built on one device with
+    and ``manager.save``, then ``restore`` it into the same model built on one device with
     no strategy: the same weights and the same outputs (notebook 08_checkpoints_and_preemption). ``restore`` replaces
     ``train_tpu.restore`` (same arguments). Run by the self-test of notebook 00_tpu_self_test.
     """
@@ -464,7 +464,7 @@ def checkpoint(context: Context, *, restore=None) -> Outcome:
     folder = str(context.workdir / "checkpoint")
     manager, step, _ = train_tpu.checkpointing(folder, model, optimizer, order)
     step.assign(1)
-    path = train_tpu.save_checkpoint(manager, 1)
+    path = manager.save(checkpoint_number=1)
     saved = model.get_weights()
     one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
     served, served_optimizer = train_tpu.build(one_device, 1e-2, bf16=False, seed=22)
