@@ -21,7 +21,7 @@ import sync_notebooks as sync  # noqa: E402
 PARTS = script_parts.parts()
 EXPECTED = (
     "imports", "connect", "data", "tfrecords", "pipeline", "model", "step", "evaluation",
-    "checkpoint", "fit",
+    "checkpoint", "fit", "simulation",
 )  # fmt: skip
 SCRIPT = """\
 import os

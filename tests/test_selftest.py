@@ -151,7 +151,7 @@ def clean(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """The same command with a failure of its own kind planted in six of the checks."""
+    """The same command with a failure of its own kind planted in each check PLANTED_SAYS names."""
     return _run(tmp_path_factory, "planted", [sys.executable, "-c", textwrap.dedent(PLANTED)])
 
 
