@@ -347,8 +347,8 @@ def make_train_step(model, optimizer, global_batch):
 
 def many_steps(strategy, replica_step, shape=()):
     """steps(iterator, n): n steps in one call (one host round trip), returning the mean over the
-    steps of replica_step's value (of this shape) summed over the replicas: a per-replica value
-    cannot leave a tf.range loop. Pass n as a tensor, or each new number traces again."""
+    steps of replica_step's value (of this shape) summed over the replicas, reduced inside the
+    loop into one running total. Pass n as a tensor, or each new number traces again."""
 
     @tf.function
     def steps(iterator, n):

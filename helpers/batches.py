@@ -56,8 +56,10 @@ class BatchPlan:
                 f"fill {mxu}; fine when the dataset is small"
             )
         return (
-            f"not a multiple of {TILE_ROWS}: a TPU core pads it to {self.padded_per_replica} "
-            f"rows and throws {self.wasted_fraction:.0%} of its work away"
+            f"not a multiple of {TILE_ROWS}, which the Cloud TPU performance guide asks for: "
+            f"if XLA pads it to {self.padded_per_replica} rows, {self.wasted_fraction:.0%} of a "
+            "core's work is padding (an estimate: what XLA pads depends on its layout; "
+            "unverified on hardware)"
         )
 
     def __str__(self) -> str:

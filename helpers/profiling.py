@@ -510,6 +510,12 @@ FIXES = {
     "healthy": "nothing outside the ops to fix in this profile; for more speed, the ops "
     "themselves: the slowest op types, bfloat16 (notebook 05_bfloat16_mixed_precision), tile-filling sizes (notebook 10_tpu_readiness_check)",
 }
+# A borderline verdict advises nothing: a rerun may cross the line, and the other side's fix may
+# be the opposite (more steps per call "would gain little" beside a host line they then beat).
+BORDERLINE_FIX = (
+    "none from a borderline verdict: profile more calls, or again, and act on the verdict that "
+    "holds; meanwhile the fixes of both sides of the line are candidates, to be measured"
+)
 # The host-overhead fix when each call already runs several training steps.
 HOST_WORK_IN_STEPS_FIX = (
     "each call already runs several training steps, so the host's work is inside them "
@@ -555,7 +561,9 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
        the slowest op types (``summary.slowest_ops``) are the next place to look.
 
     A verdict is **borderline** when a share that decided it lies within ``BORDERLINE_MARGIN``
-    (3 points) of its line: ``borderline`` says which, and a rerun may well cross it. Every
+    (3 points) of its line: ``borderline`` says which, and a rerun may well cross it. Near the
+    input-bound or host-overhead line, whose sides ask for different fixes, the fix advises
+    nothing (:data:`BORDERLINE_FIX`). Every
     verdict says which planes it was read from (``evidence``): on a CPU, the host's only.
     Taught in notebook 11.
     """
@@ -583,7 +591,8 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
         )
         if ops:
             reason += f"; slowest op types (summed over threads and calls): {ops}"
-        return Diagnosis(verdict, reason, FIXES[verdict], (), near, s.evidence)
+        fix = BORDERLINE_FIX if _near_a_problem_line(s) else FIXES[verdict]
+        return Diagnosis(verdict, reason, fix, (), near, s.evidence)
     verdict, fix = problems[0], FIXES[problems[0]]
     if verdict == "retracing":
         reason = (
@@ -603,7 +612,18 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
         )
         if s.batches_per_step > 1:
             fix = HOST_WORK_IN_STEPS_FIX
+    if _near_a_problem_line(s):
+        fix = BORDERLINE_FIX
     return Diagnosis(verdict, reason, fix, tuple(problems), near, s.evidence)
+
+
+def _near_a_problem_line(s: ProfileSummary) -> bool:
+    """Whether a share lies within BORDERLINE_MARGIN of the input-bound or host-overhead line,
+    whose two sides ask for different fixes (near the healthy lines both sides point at the ops)."""
+    return (
+        abs(s.input_share - INPUT_BOUND_SHARE) < BORDERLINE_MARGIN
+        or abs(s.host_share_without_input - HOST_BOUND_SHARE) < BORDERLINE_MARGIN
+    )
 
 
 def _near_lines(s: ProfileSummary, healthy_lines: bool) -> tuple[str, ...]:

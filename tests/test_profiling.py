@@ -309,8 +309,18 @@ def test_a_verdict_one_point_from_its_line_is_borderline():
     assert diagnosis.verdict == "healthy" and diagnosis.borderline, diagnosis
     assert str(diagnosis).startswith("healthy (borderline): ")
     assert "1.0 points under the 15% line of healthy" in str(diagnosis)
+    assert diagnosis.fix == profiling.FIXES["healthy"]  # both sides of this line: the ops
     far = profiling.diagnose(summary(input_share=0.01, compute_share=0.97))
     assert far.verdict == "healthy" and not far.borderline and "borderline" not in str(far)
+
+
+def test_a_verdict_near_a_problem_line_gives_no_advice():
+    # Lesson 11_profiling_a_training_step's run B once read "compute-bound (borderline) ... more
+    # steps per call would gain little", and more steps per call then took 23% off each step.
+    for compute, verdict in ((0.59, "host-overhead"), (0.61, "compute-bound")):  # host 41%, 39%
+        diagnosis = profiling.diagnose(summary(input_share=0.0, compute_share=compute))
+        assert diagnosis.verdict == verdict and diagnosis.borderline, diagnosis
+        assert diagnosis.fix == profiling.BORDERLINE_FIX and "steps per call" not in diagnosis.fix
 
 
 def test_every_verdict_says_it_read_the_host_plane_only_and_claims_nothing_for_a_tpu():

@@ -791,3 +791,15 @@ def test_help_needs_no_tensorflow():
         timeout=60,
     )
     assert proc.returncode == 0 and "--simulated-replicas" in proc.stdout
+
+
+def test_notebook_00s_table_of_checks_is_made_from_the_checks():
+    table = selftest.check_table().splitlines()
+    assert len(table) == 2 + len(selftest.DEFAULT_CHECKS)  # a row per check, under its header
+    for check, row in zip(selftest.DEFAULT_CHECKS, table[2:], strict=True):
+        assert check.means and row.startswith(f"| {check.title} | {check.means} | ")
+    # The recipes check: taught in 03_keras_compile_and_fit and 06_input_pipelines.
+    assert table[-1].endswith("| 03, 06 |")
+    notebook = json.loads((ROOT / "notebooks" / "00_tpu_self_test.ipynb").read_text())
+    cell = next(c for c in notebook["cells"] if c.get("id") == "check-table")
+    assert "".join(cell["source"]) == "display(Markdown(selftest.check_table()))"

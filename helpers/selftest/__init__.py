@@ -38,6 +38,7 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "01_tpu_detection_and_connection",
         (30, 120),
         correctness.connect,
+        'no TPU strategy although the hardware is there: the TensorFlow build, or `TPUClusterResolver(tpu="local")`',
     ),
     Check(
         "variables",
@@ -45,14 +46,23 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "02_building_in_strategy_scope",
         (5, 10),
         correctness.variables,
+        "a variable made in `strategy.scope()` is not copied to every core",
     ),
-    Check("fit", "A few fit steps", "03_keras_compile_and_fit", (30, 60), correctness.fit),
+    Check(
+        "fit",
+        "A few fit steps",
+        "03_keras_compile_and_fit",
+        (30, 60),
+        correctness.fit,
+        "the loss is not finite, does not fall, or differs from a one-device evaluation; or `evaluate` ran more batches than it was asked for (Keras runs whole calls of `steps_per_execution`)",
+    ),
     Check(
         "replica_equivalence",
         "Custom loop: N replicas match one",
         "04_custom_training_loops",
         (15, 30),
         correctness.replica_equivalence,
+        "the step does not average the loss over the global batch",
     ),
     Check(
         "bfloat16",
@@ -60,6 +70,7 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "05_bfloat16_mixed_precision",
         (5, 10),
         correctness.bfloat16_matmul,
+        "bfloat16 is not what the device computes in, or loses more than its precision",
     ),
     Check(
         "input_pipeline",
@@ -67,6 +78,7 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "06_input_pipelines",
         (10, 20),
         speed.input_pipeline,
+        "batches of changing shape, or caching and vectorising bought nothing",
     ),
     Check(
         "uint8_input",
@@ -74,6 +86,7 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "00_tpu_self_test, 06_input_pipelines",
         (30, 60),
         correctness.uint8_input,
+        "the step does not take uint8 input, or trains nothing with it: cast on the host instead",
     ),
     Check(
         "checkpoint",
@@ -81,6 +94,7 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "08_checkpoints_and_preemption",
         (15, 30),
         correctness.checkpoint,
+        "weights saved from the replicas do not come back on one device",
     ),
     Check(
         "matmul_rate",
@@ -88,6 +102,7 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "05_bfloat16_mixed_precision",
         (10, 15),
         speed.matmul_rate,
+        "a large bfloat16 matmul reaches less than a quarter of the chip's published peak",
     ),
     Check(
         "recipes",
@@ -95,8 +110,21 @@ DEFAULT_CHECKS: tuple[Check, ...] = (
         "03_keras_compile_and_fit, 06_input_pipelines",
         (20, 60),
         speed.keras_recipes,
+        "on a TPU, less than 2x from uint8 input, caching, static batches and `steps_per_execution`",
     ),
 )
+
+
+def check_table(plan: Sequence[Check] = DEFAULT_CHECKS) -> str:
+    """A Markdown table of the checks: what a failure of each means, the lessons that teach it
+    (notebook 00_tpu_self_test shows it: made from the checks, so it lists every one).
+    Taught in notebook 00.
+    """
+    rows = ["| check | a failure means | lesson |", "|---|---|---|"]
+    for check in plan:
+        numbers = ", ".join(name.strip()[:2] for name in check.notebook.split(","))
+        rows.append(f"| {check.title} | {check.means} | {numbers} |")
+    return "\n".join(rows)
 
 
 def run(
@@ -148,5 +176,6 @@ __all__ = [
     "Context",
     "Outcome",
     "SelfTestReport",
+    "check_table",
     "run",
 ]

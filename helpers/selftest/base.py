@@ -74,6 +74,7 @@ class Check:
     notebook: str
     budget: tuple[float, float]  # seconds in smoke mode, in full mode
     fn: Callable[[Context], Outcome]
+    means: str = ""  # what its failure means (the table of 00_tpu_self_test)
 
 
 @dataclass
