@@ -504,14 +504,15 @@ FIXES = {
     "06), and keep Python (tf.py_function, from_generator) out of it (notebook 10_tpu_readiness_check)",
     "host-overhead": "run many steps per call: steps_per_execution in fit (notebook 03_keras_compile_and_fit), "
     "a tf.range loop in one tf.function (notebook 04_custom_training_loops)",
-    "compute-bound": "the ops are the limit, so more steps per call would gain little: start "
-    "with the slowest op types, then bfloat16 (notebook 05_bfloat16_mixed_precision), a per-replica batch and layer "
+    "compute-bound": "the ops take the largest part: start with the slowest op types, then "
+    "bfloat16 (notebook 05_bfloat16_mixed_precision), a per-replica batch and layer "
     "widths in multiples of 128 that fill the TPU's matrix tiles (notebook 10_tpu_readiness_check)",
     "healthy": "nothing outside the ops to fix in this profile; for more speed, the ops "
     "themselves: the slowest op types, bfloat16 (notebook 05_bfloat16_mixed_precision), tile-filling sizes (notebook 10_tpu_readiness_check)",
 }
-# A borderline verdict advises nothing: a rerun may cross the line, and the other side's fix may
-# be the opposite (more steps per call "would gain little" beside a host line they then beat).
+# A borderline verdict advises nothing: a rerun may land on the other side of its line, whose
+# advice differs (lesson 11_profiling_a_training_step's run B, "compute-bound (borderline)", once
+# advised against more steps per call, which then took 23% off each step).
 BORDERLINE_FIX = (
     "none from a borderline verdict: profile more calls, or again, and act on the verdict that "
     "holds; meanwhile the fixes of both sides of the line are candidates, to be measured"
@@ -561,9 +562,8 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
        the slowest op types (``summary.slowest_ops``) are the next place to look.
 
     A verdict is **borderline** when a share that decided it lies within ``BORDERLINE_MARGIN``
-    (3 points) of its line: ``borderline`` says which, and a rerun may well cross it. Near the
-    input-bound or host-overhead line, whose sides ask for different fixes, the fix advises
-    nothing (:data:`BORDERLINE_FIX`). Every
+    (3 points) of its line: ``borderline`` says which, a rerun may well cross it, and its fix
+    advises nothing (:data:`BORDERLINE_FIX`). Every
     verdict says which planes it was read from (``evidence``): on a CPU, the host's only.
     Taught in notebook 11.
     """
@@ -591,7 +591,7 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
         )
         if ops:
             reason += f"; slowest op types (summed over threads and calls): {ops}"
-        fix = BORDERLINE_FIX if _near_a_problem_line(s) else FIXES[verdict]
+        fix = BORDERLINE_FIX if near else FIXES[verdict]
         return Diagnosis(verdict, reason, fix, (), near, s.evidence)
     verdict, fix = problems[0], FIXES[problems[0]]
     if verdict == "retracing":
@@ -612,18 +612,9 @@ def diagnose(summary: ProfileSummary) -> Diagnosis:
         )
         if s.batches_per_step > 1:
             fix = HOST_WORK_IN_STEPS_FIX
-    if _near_a_problem_line(s):
+    if near:
         fix = BORDERLINE_FIX
     return Diagnosis(verdict, reason, fix, tuple(problems), near, s.evidence)
-
-
-def _near_a_problem_line(s: ProfileSummary) -> bool:
-    """Whether a share lies within BORDERLINE_MARGIN of the input-bound or host-overhead line,
-    whose two sides ask for different fixes (near the healthy lines both sides point at the ops)."""
-    return (
-        abs(s.input_share - INPUT_BOUND_SHARE) < BORDERLINE_MARGIN
-        or abs(s.host_share_without_input - HOST_BOUND_SHARE) < BORDERLINE_MARGIN
-    )
 
 
 def _near_lines(s: ProfileSummary, healthy_lines: bool) -> tuple[str, ...]:
