@@ -36,13 +36,13 @@ import tensorflow as tf  # noqa: E402
 # Keras 3; or tf-keras (Keras 2) with TF_USE_LEGACY_KERAS=1, as Google's own TensorFlow pod tests
 # run: the same variable makes tf.keras tf-keras (install tf-keras of TensorFlow's version).
 LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
+TF_KERAS = f"tf-keras~={'.'.join(tf.__version__.split('.')[:2])}.0"  # pip's name for it
 if LEGACY_KERAS:
     try:
         import tf_keras as keras
     except ImportError:
         raise ImportError(
-            "TF_USE_LEGACY_KERAS=1 needs tf-keras of TensorFlow's version: pip install "
-            f"tf-keras~={'.'.join(tf.__version__.split('.')[:2])}.0"
+            f"TF_USE_LEGACY_KERAS=1 needs tf-keras of TensorFlow's version: pip install {TF_KERAS}"
         ) from None
 else:
     import keras  # noqa: E402
@@ -490,6 +490,22 @@ def epoch_plan(batches, wanted):
     return 1, batches
 
 
+def fit_start_error(err, strategy):
+    """What to do when Keras 3's fit fails before its first step on a TPU of several cores.
+    Keras 3 averages fit's first batch over the replicas to build the model, integers too;
+    TPUStrategy averages by `*= 1 / n`, which fails for an integer tensor (TypeError: "Cannot
+    convert 0.125 to EagerTensor of dtype uint8"). Expected from both sources (tests run each
+    half on a CPU), unverified on a TPU; tf-keras has no such step. None: another error."""
+    if LEGACY_KERAS or "to EagerTensor of dtype" not in str(err):
+        return None
+    return UsageError(
+        f"Keras 3's fit averaged the first batch's integer pixels or labels over the "
+        f"{strategy.num_replicas_in_sync} replicas, which {type(strategy).__name__} cannot do "
+        f"({err}): run with TF_USE_LEGACY_KERAS=1 (pip install {TF_KERAS}), or "
+        "without --fit."
+    )
+
+
 def compile_for_fit(strategy, model, optimizer, steps_per_execution):
     """The same model and optimizer, ready for Keras' fit (lesson 03_keras_compile_and_fit)."""
     with strategy.scope():
@@ -683,14 +699,19 @@ def main(argv=None, strategy=None):
         )
         # One fit call for all epochs: each call would start the data from its beginning.
         epoch_start = time.perf_counter()
-        model.fit(
-            data,
-            epochs=args.epochs,
-            steps_per_epoch=steps_per_epoch,
-            shuffle=False,  # the pipeline's own seeded order (Keras would warn)
-            callbacks=[*callbacks, log],  # the backup first: on disk before the epoch's line
-            verbose=0,
-        )
+        try:
+            model.fit(
+                data,
+                epochs=args.epochs,
+                steps_per_epoch=steps_per_epoch,
+                shuffle=False,  # the pipeline's own seeded order (Keras would warn)
+                callbacks=[*callbacks, log],  # the backup first: on disk before the epoch's line
+                verbose=0,
+            )
+        except TypeError as err:
+            if not (problem := fit_start_error(err, strategy)):
+                raise
+            raise problem from None
         done = total
         print(f"fit with steps_per_execution={per_call}")
     elif done < total:

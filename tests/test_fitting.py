@@ -231,3 +231,53 @@ def test_keras_reports_no_loss_for_finite_data_shorter_than_one_call_after_a_fit
     history = model.fit(batches.take(2), epochs=1, verbose=0).history
     assert int(model.optimizer.iterations) == 6 and history == {}
     assert "loss" in model.fit(batches.take(4), epochs=1, verbose=0).history  # one whole call
+
+
+def test_keras3_fit_averages_its_first_batch_which_tpu_strategy_cannot_do_for_integers(run_python):
+    """Why Keras 3's fit is expected to fail at its start on a TPU of several cores.
+
+    Keras 3's fit (3.13 and 3.15) averages the first batch over the replicas with
+    ``strategy.reduce("MEAN", ...)`` before it trains (``_maybe_symbolic_build``): integer
+    pixels and labels included. TPUStrategy averages eagerly with ``add_n`` and then
+    ``output *= 1 / n`` (tpu_strategy.py, ``TPUExtended._reduce_to``), which raises TypeError for
+    an integer tensor; MirroredStrategy, the simulated TPU, divides with a cast and passes.
+    Both halves run here on the CPU; the whole fails only on TPU hardware (unverified there).
+    """
+    run_python(
+        """
+        import numpy as np, keras, tensorflow as tf
+        import helpers
+        from helpers import models
+        from tensorflow.python.distribute import reduce_util, tpu_strategy
+        simulated = helpers.connect(4)
+        averaged = []
+        reduce = simulated.reduce
+        def recording(op, value, axis):
+            averaged.extend((op, v.values[0].dtype.name) for v in tf.nest.flatten(value))
+            return reduce(op, value, axis)
+        simulated.reduce = recording
+        x = np.zeros((16, 4, 4, 1), np.uint8)
+        y = np.zeros(16, np.int64)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8, drop_remainder=True)
+        with simulated.scope():
+            model = models.build_classifier((4, 4, 1))
+            model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(simulated.experimental_distribute_dataset(ds), epochs=1, verbose=0)
+        assert averaged[:2] == [("MEAN", "uint8"), ("MEAN", "int64")], averaged
+
+        class TPUHost:  # what _reduce_to needs of the strategy after its arithmetic
+            def _broadcast_output(self, destinations, output):
+                return output
+        for dtype, fails in (("uint8", True), ("int64", True), ("float32", False)):
+            value = simulated.experimental_distribute_values_from_function(
+                lambda ctx: tf.constant([ctx.replica_id_in_sync_group * 2], dtype))
+            try:
+                out = tpu_strategy.TPUExtended._reduce_to(
+                    TPUHost(), reduce_util.ReduceOp.MEAN, value, None, None)
+                assert not fails and float(out[0]) == 3.0, (dtype, out)
+            except TypeError as err:
+                assert fails and f"dtype {dtype}" in str(err), (dtype, err)
+        print("ok")
+        """,
+        env=NO_TPU,
+    )

@@ -378,3 +378,33 @@ def test_example_numbers_follow_the_batches_read_twice_too(tmp_path):
     batches = tf.data.Dataset.from_tensor_slices(images[wanted][..., None]).batch(2)
     batches = batches.map(lambda x: (x, tf.zeros(tf.shape(x)[0], tf.int32)))
     assert worker._example_numbers(batches, str(tmp_path), ctx) == wanted
+
+
+@pytest.mark.slow
+def test_the_scripts_fit_on_two_workers_reads_disjoint_examples(tmp_path):
+    """The script's --fit on a two-host cluster: each host reads its own examples, none twice.
+    With tf-keras, as Google's pod tests run: Keras 3's fit fails under this strategy before
+    its first step (helpers._programs.worker.fit_script_worker says why)."""
+    import train_tpu
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (512, 28, 28), dtype=np.uint8)  # all distinct: found by pixels
+    labels = rng.integers(0, 10, 512).astype(np.uint8)
+    data = tmp_path / "data"
+    splits = {"train": (images, labels), "test": (images[:64], labels[:64])}
+    train_tpu.write_tfrecords(str(data), splits)
+    epochs, per_replica = 2, 16
+    script = ["--fit", "--data-dir", str(data), "--ckpt-dir", "{workdir}/ckpt{index}"]
+    script += ["--epochs", str(epochs), "--per-replica-batch", str(per_replica), "--no-bf16"]
+    command = ["-m", M.WORKER_PROGRAM, "--out", "{workdir}/worker{index}", "--script", *script]
+    env = {"TF_USE_LEGACY_KERAS": "1"}
+    runs = M.run_workers(command, 2, workdir=tmp_path / "work", timeout=300, env=env)
+    reports = [json.loads((tmp_path / "work" / f"worker{r.index}.json").read_text()) for r in runs]
+    assert [r["status"] for r in reports] == [0, 0]
+    (first,), (second,) = (r["read"] for r in reports)  # one training pipeline per worker
+    steps = 512 // (2 * per_replica)  # global batches per epoch, both workers together
+    assert len(first) == len(second) == epochs * steps * per_replica
+    assert not set(first) & set(second), "two workers trained on the same examples"
+    assert set(first) | set(second) == set(range(512))  # and together on every example
+    log = (tmp_path / "work" / "worker0.log").read_text()
+    assert "2 replica(s), tf-keras" in log and "epoch 2/2" in log

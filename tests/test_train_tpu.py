@@ -285,6 +285,20 @@ def test_fit_on_one_replica_runs_its_epoch_plan(tmp_path, small_data):
     assert len(re.findall(r"^epoch \d/2: loss [0-9.]+, test loss", done.stdout, re.M)) == 2
 
 
+def test_keras3_fits_failure_to_average_integers_says_what_to_do(monkeypatch):
+    # The TypeError TPUStrategy raises from Keras 3's first-batch average (tests/test_fitting.py
+    # runs both halves); any other TypeError is left alone, and tf-keras never averages.
+    strategy = train_tpu.tf.distribute.get_strategy()
+    failure = TypeError("Cannot convert 0.125 to EagerTensor of dtype uint8")
+    problem = train_tpu.fit_start_error(failure, strategy)
+    assert isinstance(problem, train_tpu.UsageError)
+    assert "TF_USE_LEGACY_KERAS=1 (pip install tf-keras~=" in str(problem)
+    assert "dtype uint8" in str(problem) and "without --fit" in str(problem)
+    assert train_tpu.fit_start_error(TypeError("unsupported operand"), strategy) is None
+    monkeypatch.setattr(train_tpu, "LEGACY_KERAS", True)
+    assert train_tpu.fit_start_error(failure, strategy) is None
+
+
 @pytest.mark.slow
 def test_the_custom_loop_reaches_the_floor(reference):
     stdout, _ = reference

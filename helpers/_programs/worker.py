@@ -29,7 +29,7 @@ import numpy as np
 from helpers import processes
 from helpers.multiworker import PARENT_PID_ENV
 
-__all__ = ["train_worker"]
+__all__ = ["fit_script_worker", "train_worker"]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
@@ -94,6 +94,44 @@ def train_worker(
         "losses": losses,
         "startup_seconds": round(startup, 2),
     }
+    Path(f"{out}.json").write_text(json.dumps(report))
+
+
+def fit_script_worker(out: str, script_args: Sequence[str]) -> None:
+    """Run the reference script's ``main(script_args)`` on this worker: its ``--fit`` on a pod.
+
+    The script builds its training data with ``distribute_datasets_from_function``, one
+    pipeline per host; here each worker is a host. Every pipeline the script asks for is
+    recorded, and ``PREFIX.json`` lists the training examples each one gave (found as
+    :func:`train_worker` finds them), so a test can check that no two workers read the same one.
+    Run it with tf-keras (``TF_USE_LEGACY_KERAS=1``): Keras 3's fit averages its first batch
+    over the replicas with ``strategy.reduce``, which ``MultiWorkerMirroredStrategy`` refuses
+    for a per-replica value ("Attempt to convert a value (PerReplica...)"; the family of
+    tensorflow/tensorflow#72388, whose workaround is tf-keras too).
+    """
+    import tensorflow as tf
+
+    import train_tpu
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)  # N workers share this machine
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG, waits for all
+    calls = []
+    script_dataset = train_tpu.train_dataset
+
+    def recorded(data_dir, ctx, batch, steps_per_epoch, epochs, *more, **kw):
+        calls.append((data_dir, ctx, batch, steps_per_epoch, epochs, more, kw))
+        return script_dataset(data_dir, ctx, batch, steps_per_epoch, epochs, *more, **kw)
+
+    train_tpu.train_dataset = recorded
+    status = train_tpu.main(list(script_args), strategy=strategy)
+    read = []
+    for data_dir, ctx, batch, steps_per_epoch, epochs, more, kw in calls:
+        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # batches per step here
+        batches = script_dataset(data_dir, ctx, batch, steps_per_epoch, epochs, *more, **kw)
+        read.append(_example_numbers(batches.take(steps_per_epoch * epochs * local), data_dir, ctx))
+    report = {"task_id": int(strategy.cluster_resolver.task_id), "status": status, "read": read}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report))
 
 
@@ -177,10 +215,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, help="training examples to use (default: all)")
+    parser.add_argument(
+        "--script", nargs=argparse.REMAINDER, help="run train_tpu.py's main with these arguments"
+    )
     args = parser.parse_args(argv)
     processes.default_sigint()
     if args.hold_network:
         return _hold_network()
+    if args.script is not None and args.out:
+        _die_with_parent()
+        sys.modules.setdefault("jax", None)
+        return fit_script_worker(args.out, args.script)
     if not (args.data_dir and args.out):
         parser.error("--data-dir and --out are required")
     _die_with_parent()
