@@ -502,6 +502,28 @@ def test_the_fit_check_evaluates_whole_calls_and_fails_on_a_part_of_one():
     assert "evaluate(steps=3) ran 4 batches" in part.summary, part.summary
 
 
+def test_the_fit_check_names_the_way_out_when_keras_3_cannot_average_the_first_batch(
+    monkeypatch,
+):
+    """On a TPU of several cores Keras 3's fit is expected to fail before its first step
+    (train_tpu.fit_start_error): the check's failure then says what to do, not a bare TypeError."""
+    import tensorflow as tf
+
+    import train_tpu
+
+    def averaging_fails(*args, **kwargs):
+        raise TypeError("Cannot convert 0.125 to EagerTensor of dtype uint8")
+
+    monkeypatch.setattr(train_tpu.keras.Model, "fit", averaging_fails)
+    context = base.Context(smoke=True)
+    context.strategy = tf.distribute.get_strategy()
+    try:
+        with pytest.raises(RuntimeError, match=r"TF_USE_LEGACY_KERAS=1 \(pip install tf-keras"):
+            correctness.fit(context)
+    finally:
+        shutil.rmtree(context.workdir, ignore_errors=True)
+
+
 def test_the_connect_check_fails_with_what_it_found(monkeypatch):
     """The connect check itself, with the strategy faked: TPU hints beside a simulated TPU, and
     fewer simulated replicas than asked for."""

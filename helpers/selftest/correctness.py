@@ -201,7 +201,12 @@ def fit(context: Context, *, loss=None, evaluate_steps=None) -> Outcome:
     one_pipeline = tf.distribute.InputContext(num_replicas_in_sync=1)  # global batches, as --fit
     train = train_tpu.train_dataset(folder, one_pipeline, global_batch, steps, 1)
     # One epoch: each new epoch costs a new distributed iterator, which is slow on many replicas.
-    model.fit(train, epochs=1, steps_per_epoch=steps, callbacks=[record], verbose=0)
+    try:
+        model.fit(train, epochs=1, steps_per_epoch=steps, callbacks=[record], verbose=0)
+    except TypeError as err:  # Keras 3's first-batch average, on a TPU: the way out, in words
+        if not (problem := train_tpu.fit_start_error(err, strategy)):
+            raise
+        raise RuntimeError(f"{train_tpu.KERAS}: {problem}") from None
     test = train_tpu.eval_dataset(folder, one_pipeline, global_batch, eval_steps)
     test = test.map(lambda images, labels, weights: (images, labels))
     ran = []  # Keras' step index at the end of each call: the last one + 1 batches were run
