@@ -117,6 +117,11 @@ def connect(replicas=8):
     return strategy
 
 
+def connected():
+    """The strategy connect() made in this process, or None before it ran."""
+    return _CONNECTED[0][0] if _CONNECTED else None
+
+
 # ---- end of part ----
 # ---- part: data ----
 IDX_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist: works offline

@@ -11,7 +11,10 @@ a few lines:
 3. the TensorFlow here can drive the hardware here, or the cell stops with the fix
    (:func:`helpers.runtime.ensure_tensorflow`); for Keras on JAX, the JAX backend is set up
    instead (:func:`helpers.jax_port.configure`);
-4. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
+4. ``import train_tpu`` gives the collection's reference script, installed beside the helpers
+   (:func:`use_collections_script`), even when the working directory holds a learner's edited
+   copy (Colab's ``/content``): the lessons and the helpers are written against this release's;
+5. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
    simulation.
 
 Notebook 01_tpu_detection_and_connection introduces it; every lesson runs it.
@@ -20,14 +23,17 @@ Notebook 01_tpu_detection_and_connection introduces it; every lesson runs it.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
+import sys
+from pathlib import Path
 
 import helpers
 from helpers import jax_port, quiet, runtime, versions
 from helpers.strategy import SIMULATED_REPLICAS
 
-__all__ = ["ForeignHelpers", "install_source", "start"]
+__all__ = ["ForeignHelpers", "ShadowedScript", "install_source", "start", "use_collections_script"]
 
 PROJECT = "tpu-field-guide"
 # Where the helpers install from: `make sync` writes it from pyproject.toml's repository setting.
@@ -51,6 +57,46 @@ def install_source() -> str | None:
         return None  # an editable or local install: a clone of the repository
     commit = vcs.get("commit_id", "")[:7]
     return f"{vcs.get('requested_revision') or 'the default branch'} @ {commit}"
+
+
+class ShadowedScript(ImportError):
+    """This process already imported another ``train_tpu`` than the collection's."""
+
+
+def use_collections_script(workdir: str | Path | None = None) -> str | None:
+    """Make ``import train_tpu`` give the copy installed beside the helpers; return a note when
+    ``workdir`` (default: the working directory) holds another ``train_tpu.py``.
+
+    Python imports from the working directory first, so a learner's edited copy there would
+    otherwise replace the script for every lesson and helper. Theirs runs as a program
+    (``!python train_tpu.py``), which imports nothing of ours. Raises :class:`ShadowedScript`
+    when this process already imported another copy: only a restart can undo that.
+    """
+    ours = Path(helpers.__file__).resolve().parent.parent / "train_tpu.py"
+    if not ours.exists():  # pragma: no cover - an install without the script
+        return None
+    loaded = sys.modules.get("train_tpu")
+    if loaded is None:
+        spec = importlib.util.spec_from_file_location("train_tpu", ours)
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules["train_tpu"] = loaded
+        try:
+            spec.loader.exec_module(loaded)
+        except BaseException:
+            del sys.modules["train_tpu"]
+            raise
+    elif Path(loaded.__file__).resolve() != ours:
+        raise ShadowedScript(
+            f"This kernel imported {loaded.__file__}, not the collection's {ours}: restart the "
+            "kernel and run the lesson from the top (your copy still runs as python train_tpu.py)."
+        )
+    theirs = Path(workdir or os.getcwd()) / "train_tpu.py"
+    if theirs.exists() and theirs.resolve() != ours and theirs.read_bytes() != ours.read_bytes():
+        return (
+            f"Your {theirs} is not what the lessons import: they use the collection's {ours}. "
+            "Run yours with !python train_tpu.py."
+        )
+    return None
 
 
 def _check_release(release: str) -> str:
@@ -116,6 +162,8 @@ def start(
             from helpers.strategy import untuned_distributed_input
 
             untuned_distributed_input(tf)
+        if note := use_collections_script():
+            print(note)
         dist = versions.tensorflow_distribution()
         stack = f"{dist[0]} {dist[1]}, Keras {_installed('keras')}" if dist else "no TensorFlow"
     elif backend == "jax":

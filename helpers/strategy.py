@@ -135,9 +135,9 @@ def describe(strategy=None) -> StrategyInfo:
     if strategy is None:
         import train_tpu
 
-        if not train_tpu._CONNECTED:
+        strategy = train_tpu.connected()
+        if strategy is None:
             raise StrategyError("connect() has not been called in this kernel yet")
-        strategy = train_tpu._CONNECTED[0][0]  # (strategy, replicas asked for)
     dist = versions.tensorflow_distribution()
     found = _kind(strategy)
     return StrategyInfo(

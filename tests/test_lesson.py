@@ -83,3 +83,41 @@ def test_without_a_tpu_tensorflow_returns_freed_cpu_memory(tmp_path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.splitlines()[-1] == "1"
+
+
+def test_a_learners_train_tpu_in_the_working_directory_does_not_replace_the_collections(tmp_path):
+    # Colab's /content: the learner's edited copy sits where Python imports from first.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import processes
+
+    (tmp_path / "train_tpu.py").write_text("raise SystemExit('the edited copy was imported')\n")
+    ours = Path(lesson.helpers.__file__).resolve().parent.parent / "train_tpu.py"
+    code = (
+        "import sys; sys.path.insert(0, '')\nfrom helpers import lesson\n"
+        f"lesson.start('v{lesson.helpers.__version__}', 2)\n"
+        "import train_tpu\nprint(train_tpu.__file__)\n"
+        "import helpers.script_runs  # a helper that imports it too\n"
+        "print(sys.modules['train_tpu'] is train_tpu)"
+    )
+    env = processes.child_env({"ISTPUVM": None, "PYTHONPATH": str(ours.parent)})
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert f"Your {tmp_path / 'train_tpu.py'} is not what the lessons import" in lines[0]
+    assert lines[-2:] == [str(ours), "True"]
+
+
+def test_a_kernel_that_already_imported_another_copy_is_told_to_restart(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    other = types.ModuleType("train_tpu")
+    other.__file__ = str(tmp_path / "train_tpu.py")
+    monkeypatch.setitem(sys.modules, "train_tpu", other)
+    with pytest.raises(lesson.ShadowedScript, match="restart the kernel"):
+        lesson.use_collections_script(tmp_path)

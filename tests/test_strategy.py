@@ -89,7 +89,7 @@ def test_one_replica_and_tensorflow_started_before_connect(run_python):
             assert "before any other TensorFlow code" in str(err), err
         else:
             raise SystemExit("no error")
-        assert not train_tpu._CONNECTED  # nothing was cached by the failed call
+        assert train_tpu.connected() is None  # nothing was cached by the failed call
         s = helpers.connect(1)  # one device needs no split: it works
         assert s.num_replicas_in_sync == 1
         assert helpers.describe().kind == "one device"

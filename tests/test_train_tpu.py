@@ -156,7 +156,7 @@ def test_connect_again_with_another_replica_count_is_refused(monkeypatch):
     A TPU or GPU strategy (no count asked for) is returned whatever the count."""
     simulated, tpu = object(), object()
     monkeypatch.setattr(train_tpu, "_CONNECTED", [(simulated, 8)])
-    assert train_tpu.connect(8) is simulated
+    assert train_tpu.connect(8) is simulated and train_tpu.connected() is simulated
     with pytest.raises(train_tpu.UsageError, match=r"^This process simulates 8 replica\(s\)"):
         train_tpu.connect(4)
     monkeypatch.setattr(train_tpu, "_CONNECTED", [(tpu, None)])
