@@ -398,10 +398,15 @@ def checkpointing(folder, model, optimizer, order):
     """Checkpoint manager of the model, Adam, the step and the data order (seed, global batch,
     examples) that makes the step the data position. A save writes its files, then renames the
     small file "checkpoint" that names the latest: killed before, the previous save stays the
-    latest, and the steps since it are trained again from its state, never twice."""
+    latest, and the steps since it are trained again from its state, never twice. `state`: the
+    model's non-trainable variables, named again: Keras 3 leaves a Dropout's seed state out of
+    the model's checkpoint, and a resumed run would draw the first masks again."""
     step = tf.Variable(0, dtype=tf.int64, name="step")
     saved_order = tf.Variable(order, dtype=tf.int64, name="order")
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step, order=saved_order)
+    state = list(model.non_trainable_variables)
+    checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=optimizer, step=step, order=saved_order, state=state
+    )
     return tf.train.CheckpointManager(checkpoint, folder, max_to_keep=3), step, saved_order
 
 
@@ -436,7 +441,9 @@ def fit_backup(folder, model, steps_per_epoch, order, require=False):
     at each epoch's end (a save every N batches would replay the unfinished epoch from its first
     batch), keeps the previous save (a kill mid-write leaves one intact) and keeps the last (a
     finished job run again trains nothing). The weights and the epoch are two files written one
-    after the other: a check refuses a pair that disagrees, rather than train an epoch twice."""
+    after the other: a check refuses a pair that disagrees, rather than train an epoch twice.
+    Keras' backup leaves a Dropout's seed state out: the model's non-trainable variables are
+    saved beside it under state/, by step, just before it (the last two kept)."""
     keep_previous = {} if LEGACY_KERAS else {"double_checkpoint": True}  # tf-keras: its own
     backup = keras.callbacks.BackupAndRestore(
         folder, save_freq="epoch", delete_checkpoint=False, **keep_previous
@@ -457,6 +464,14 @@ def fit_backup(folder, model, steps_per_epoch, order, require=False):
     done = int(model.optimizer.iterations.numpy())
     if done == 0 and require:
         raise UsageError(f"No backup in {folder} to resume from (--require-checkpoint).")
+    state = tf.train.Checkpoint(state=list(model.non_trainable_variables))
+    if done:
+        if not tf.io.gfile.exists(f"{folder}/state/step-{done}.index"):
+            raise UsageError(
+                f"The backup in {folder} holds step {done} but no state/step-{done} beside it "
+                "(the seeds of its random layers): delete the backup to start over."
+            )
+        state.read(f"{folder}/state/step-{done}").assert_consumed()
     tf.io.gfile.makedirs(folder)
     with tf.io.gfile.GFile(saved_order, "w") as f:
         json.dump(order, f)
@@ -473,7 +488,14 @@ def fit_backup(folder, model, steps_per_epoch, order, require=False):
                 )
             self.first = False
 
-    return [backup, SameStep()], done
+    class SaveState(keras.callbacks.Callback):  # before the backup's save of the same epoch
+        def on_epoch_end(self, epoch, logs=None):
+            step = (epoch + 1) * steps_per_epoch
+            state.write(f"{folder}/state/step-{step}")
+            for old in tf.io.gfile.glob(f"{folder}/state/step-{step - 2 * steps_per_epoch}.*"):
+                tf.io.gfile.remove(old)
+
+    return [SaveState(), backup, SameStep()], done
 
 
 # ---- end of part ----

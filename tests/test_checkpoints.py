@@ -19,12 +19,14 @@ train_tpu = pytest.importorskip("train_tpu")
 ORDER = [0, 8, 8]  # the data order the saves belong to (seed, global batch, examples)
 
 
-def _tiny(seed: int = 0, hidden: int = 16):
+def _tiny(seed: int = 0, hidden: int = 16, dropout: bool = False):
     """A small dense model on 4x4 images: the checkpoint part takes any model."""
     init = keras.initializers.GlorotUniform
     inputs = keras.Input((4, 4, 1))
     x = keras.layers.Flatten()(inputs)
     x = keras.layers.Dense(hidden, activation="relu", kernel_initializer=init(seed))(x)
+    if dropout:  # random masks: a resumed run must draw the ones the uninterrupted run drew
+        x = keras.layers.Dropout(0.5, seed=7)(x)
     return keras.Model(inputs, keras.layers.Dense(3, kernel_initializer=init(seed + 1))(x))
 
 
@@ -121,8 +123,8 @@ def test_interrupt_save_refuses_an_unknown_phase():
             pass
 
 
-def _fit_setup(seed: int = 0):
-    model = _tiny(seed)
+def _fit_setup(seed: int = 0, dropout: bool = False):
+    model = _tiny(seed, dropout=dropout)
     model.compile(keras.optimizers.Adam(0.01), keras.losses.SparseCategoricalCrossentropy(True))
     rng = np.random.default_rng(0)
     x = rng.random((32, 4, 4, 1), dtype=np.float32)
@@ -135,15 +137,15 @@ STEPS = 4
 FIT_ORDER = [*ORDER, STEPS]  # fit's backup also holds the steps per epoch
 
 
-def _fit(backup, epochs, seed=0, order=FIT_ORDER, require=False):
-    model, ds = _fit_setup(seed)
+def _fit(backup, epochs, seed=0, order=FIT_ORDER, require=False, dropout=False):
+    model, ds = _fit_setup(seed, dropout)
     callbacks, done = train_tpu.fit_backup(str(backup), model, STEPS, order, require)
     history = model.fit(ds, epochs=epochs, steps_per_epoch=STEPS, callbacks=callbacks, verbose=0)
     return model, history, done
 
 
 def test_fit_backup_is_backup_and_restore_at_every_epoch_end_keeping_the_previous(tmp_path):
-    (backup, check), done = train_tpu.fit_backup(str(tmp_path), _fit_setup()[0], 3, FIT_ORDER)
+    (_, backup, check), done = train_tpu.fit_backup(str(tmp_path), _fit_setup()[0], 3, FIT_ORDER)
     assert isinstance(backup, keras.callbacks.BackupAndRestore) and done == 0
     assert backup.double_checkpoint and backup.save_freq == "epoch"
     assert not backup.delete_checkpoint and isinstance(check, keras.callbacks.Callback)
@@ -156,6 +158,49 @@ def test_fit_resumes_after_the_last_finished_epoch(tmp_path):
     assert done == 2 * STEPS  # where the restart's data must start
     assert len(history.history["loss"]) == 1  # only the third epoch was trained
     assert int(model.optimizer.iterations.numpy()) == 3 * STEPS
+
+
+def test_fit_with_dropout_resumes_with_the_masks_an_uninterrupted_run_draws(tmp_path):
+    # Keras' backup leaves the Dropout's seed state out; the script's saves it beside.
+    whole, _, _ = _fit(tmp_path / "whole", epochs=3, dropout=True)
+    _fit(tmp_path / "parts", epochs=1, dropout=True)
+    resumed, history, done = _fit(tmp_path / "parts", epochs=3, seed=1, dropout=True)
+    assert done == STEPS and len(history.history["loss"]) == 2
+    for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    kept = {p.name for p in (tmp_path / "parts" / "state").glob("*.index")}
+    assert kept == {f"step-{2 * STEPS}.index", f"step-{3 * STEPS}.index"}  # the last two
+
+
+def test_a_fit_backup_without_its_state_is_one_sentence(tmp_path):
+    _fit(tmp_path, epochs=1, dropout=True)
+    for path in (tmp_path / "state").iterdir():
+        path.unlink()
+    with pytest.raises(train_tpu.UsageError, match="no state/step-4 beside it"):
+        _fit(tmp_path, epochs=2, dropout=True)
+
+
+def test_the_custom_loops_checkpoint_holds_the_dropout_seed(tmp_path):
+    model = _tiny(dropout=True)
+    optimizer = keras.optimizers.Adam(0.01)
+    optimizer.build(model.trainable_variables)
+    x = np.ones((8, 4, 4, 1), np.float32)
+    for _ in range(3):
+        model(x, training=True)  # each call draws masks: the seed state moves on
+    manager, step, _ = train_tpu.checkpointing(str(tmp_path), model, optimizer, ORDER)
+    step.assign(3)
+    manager.save(checkpoint_number=3)
+    again = _tiny(dropout=True)
+    again_optimizer = keras.optimizers.Adam(0.01)
+    again_optimizer.build(again.trainable_variables)
+    restart, step, order = train_tpu.checkpointing(str(tmp_path), again, again_optimizer, ORDER)
+    assert train_tpu.restore(restart, step, order) == 3
+    seeds = [v for v in again.non_trainable_variables if "seed" in v.path]
+    assert seeds and all(
+        np.array_equal(a, b)
+        for a, b in zip(model.non_trainable_variables, again.non_trainable_variables, strict=True)
+    )
+    np.testing.assert_array_equal(model(x, training=True), again(x, training=True))
 
 
 def test_fit_backup_refuses_to_start_over_when_asked_to_resume(tmp_path):
@@ -209,7 +254,7 @@ def test_the_scripts_fit_backup_is_lesson_08s_backup_and_restore(tmp_path):
     lesson = {"keras": keras, "WORK": tmp_path}
     exec("".join(next(c for c in cells if c.get("id") == "backup-callback")["source"]), lesson)
     shown = lesson["backup"]
-    (given, check), _ = train_tpu.fit_backup(
+    (_, given, check), _ = train_tpu.fit_backup(
         str(lesson["backup_dir"]), _fit_setup()[0], 4, FIT_ORDER
     )
     assert type(given) is type(shown) is keras.callbacks.BackupAndRestore
