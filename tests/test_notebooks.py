@@ -198,3 +198,18 @@ def test_every_block_that_only_some_runtimes_take_declares_where_it_runs(noteboo
         if places is None
     ]
     assert not undeclared, f"{path.name}: blocks without runs_on(...): {undeclared}"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_saving_a_notebook_untouched_in_jupyterlab_changes_no_byte(path, tmp_path):
+    """JupyterLab saves through jupyter_server's contents manager, which writes nbformat's
+    canonical form: a stored notebook in any other form (a source kept as one string, say)
+    would be rewritten by a reader who only opened and saved it."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes())
+    contents = FileContentsManager(root_dir=str(tmp_path))
+    opened = contents.get(path.name, content=True, type="notebook")
+    contents.save({"type": "notebook", "format": "json", "content": opened["content"]}, path.name)
+    assert copy.read_bytes() == path.read_bytes()

@@ -33,9 +33,12 @@ def read(path: Path) -> dict:
 
 
 def dumps(notebook: dict) -> str:
-    # Same layout as Jupyter and nbstripout write (indent 1, trailing newline), so saving a
-    # notebook in JupyterLab and running the tools do not fight over whitespace.
-    return json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    """The text JupyterLab saves: nbformat's canonical form (every source a list of lines,
+    indent 1, sorted keys) and a final newline, so saving a notebook untouched in JupyterLab
+    and running the tools do not fight over its bytes."""
+    import nbformat
+
+    return nbformat.writes(nbformat.from_dict(notebook), version=nbformat.NO_CONVERT) + "\n"
 
 
 def source(cell: dict) -> str:
