@@ -285,6 +285,21 @@ def test_fit_on_one_replica_runs_its_epoch_plan(tmp_path, small_data):
     assert len(re.findall(r"^epoch \d/2: loss [0-9.]+, test loss", done.stdout, re.M)) == 2
 
 
+def test_the_model_every_proof_builds_is_float32_and_draws_no_random_numbers():
+    """The proofs of equality (lessons, self-test, the loopback workers) build
+    build_model(**EXACT) and compare weights to the last bit: a layer added to the script's model
+    that draws random numbers in training (Dropout) fails here, before any lesson runs."""
+    model = train_tpu.build_model(**train_tpu.EXACT, seed=0)
+    computed = {layer.compute_dtype for layer in model.layers[1:]}  # after the uint8 input
+    assert computed == {"float32"} and {w.dtype for w in model.weights} == {"float32"}
+    x = np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)).astype(np.uint8)
+    first, second = (np.asarray(model(x, training=True)) for _ in range(2))
+    assert np.array_equal(first, second), (
+        "build_model(**EXACT) gives two outputs for one input in training: switch its random "
+        "layers off in EXACT, or the proofs of equality fail"
+    )
+
+
 def test_keras3_fits_failure_to_average_integers_says_what_to_do(monkeypatch):
     # The TypeError TPUStrategy raises from Keras 3's first-batch average (tests/test_fitting.py
     # runs both halves); any other TypeError is left alone, and tf-keras never averages.

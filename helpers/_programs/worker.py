@@ -49,14 +49,14 @@ def train_worker(
     The same code runs on every worker: the reference script's pipeline, model and step.
     ``TF_CONFIG`` tells each worker who it is; the strategy connects them, calls the pipeline
     once per worker with that worker's InputContext, and all-reduces the gradients so all
-    workers apply the same update. The model is float32 (``bf16=False``, the script's
+    workers apply the same update. The model is the script's ``EXACT`` one (float32, as
     ``--no-bf16``), so that one device can later repeat the training up to float32 rounding.
     Taught in notebook 09.
     """
     started = time.monotonic()
     import tensorflow as tf
 
-    from train_tpu import build, host_files, make_train_step, many_steps, train_dataset
+    from train_tpu import EXACT, build, host_files, make_train_step, many_steps, train_dataset
 
     tf.config.threading.set_intra_op_parallelism_threads(1)  # N workers share this machine
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -71,7 +71,7 @@ def train_worker(
 
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    model, optimizer = build(strategy, learning_rate, bf16=False, seed=seed)
+    model, optimizer = build(strategy, learning_rate, **EXACT, seed=seed)
     train_steps = many_steps(strategy, make_train_step(model, optimizer, global_batch_size))
     one = tf.constant(1)  # one step per call, to see every step's (global batch's) loss
     losses = []

@@ -189,7 +189,7 @@ def fit(context: Context, *, loss=None, evaluate_steps=None) -> Outcome:
     eval_steps = evaluate_steps or math.ceil(4 / choice.value) * choice.value
     tests = eval_steps * global_batch  # whole batches: the padding's weight 0 plays no part here
     folder = context.tfrecords(steps * global_batch, tests)
-    model, optimizer = train_tpu.build(strategy, 1e-2, bf16=False, seed=11)  # float32: see above
+    model, optimizer = train_tpu.build(strategy, 1e-2, **train_tpu.EXACT, seed=11)  # float32
     train_tpu.compile_for_fit(strategy, model, optimizer, choice.value)
     if loss is not None:
         with strategy.scope():
@@ -289,7 +289,7 @@ def replica_equivalence(context: Context, *, make_steps=None) -> Outcome:
     rtol, notes = _tolerance(context, 1e-3)
     result = loops.check_replica_equivalence(
         strategy,
-        lambda: train_tpu.build_model(bf16=False, seed=7),  # in each scope; float32
+        lambda: train_tpu.build_model(**train_tpu.EXACT, seed=7),  # in each scope; float32
         images.x_train,
         images.y_train,
         8 * replicas,
@@ -462,7 +462,7 @@ def checkpoint(context: Context, *, restore=None) -> Outcome:
     images = context.images()
     global_batch = 8 * context.replicas
     order = [21, global_batch, 0]  # what the save belongs to: the restore checks it
-    model, optimizer = train_tpu.build(strategy, 1e-2, bf16=False, seed=21)  # float32: see above
+    model, optimizer = train_tpu.build(strategy, 1e-2, **train_tpu.EXACT, seed=21)  # float32
     rng = np.random.default_rng(21)
     for variable in model.trainable_variables:  # new values on every replica, as training makes
         variable.assign(variable + rng.normal(0, 0.1, variable.shape).astype(np.float32))
@@ -472,7 +472,7 @@ def checkpoint(context: Context, *, restore=None) -> Outcome:
     path = manager.save(checkpoint_number=1)
     saved = model.get_weights()
     one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
-    served, served_optimizer = train_tpu.build(one_device, 1e-2, bf16=False, seed=22)
+    served, served_optimizer = train_tpu.build(one_device, 1e-2, **train_tpu.EXACT, seed=22)
     before = _max_difference(served.get_weights(), saved)
     served_manager, served_step, served_order = train_tpu.checkpointing(
         folder, served, served_optimizer, order
