@@ -101,6 +101,8 @@ def test_clean_custom_step_gives_no_false_alarm():
     report = readiness.check(ds, model, step=replica_step, replicas=8)
     assert report.clean, report.text()
     assert "XLA compile" in report.checked
+    # Compiled by this CPU's XLA: a clean verdict says so, a TPU's compiler may still refuse it.
+    assert "XLA compiled for the CPU, not a TPU" in report.summary()
     # The step was traced and compiled, never run: no weight moved, no optimizer step counted.
     for old, new in zip(before, model.get_weights(), strict=True):
         np.testing.assert_array_equal(old, new)

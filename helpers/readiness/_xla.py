@@ -281,6 +281,16 @@ def _unsupported_op(op: str, names: list[str], where: str, soft: bool = False) -
     )
 
 
+def _compiler_platform() -> str:
+    """Whose XLA compiled the step: the TPU's when one is connected, else this host's."""
+    import tensorflow as tf
+
+    for kind in ("TPU", "GPU"):
+        if tf.config.list_logical_devices(kind):
+            return kind
+    return "CPU"
+
+
 def compile_step(
     jit, compile_args, where: str, reported: set[str], report: Report, soft: bool = False
 ) -> set | None:
@@ -293,6 +303,7 @@ def compile_step(
     except Exception as err:  # XLA's errors come as several types; the message says which
         return _add_compile_error(report, where, str(err), reported, soft)
     report.checked.append("XLA compile")
+    report.stats["compiled_for"] = _compiler_platform()
     sources = {}
     for line in hlo.splitlines():
         if "set-dimension-size(" in line and "<=" in line:

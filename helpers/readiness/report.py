@@ -118,6 +118,8 @@ class Report:
             parts.append(f"{self.stats['replicas']} replica(s)")
         if self.stats.get("global_batch") is not None:
             parts.append(f"global batch {self.stats['global_batch']}")
+        if self.stats.get("compiled_for", "TPU") != "TPU":  # a TPU's XLA may still refuse it
+            parts.append(f"XLA compiled for the {self.stats['compiled_for']}, not a TPU")
         if self.skipped and not self.clean:  # a clean summary names each one itself
             parts.append(f"{len(self.skipped)} part(s) not checked, see report.skipped")
         return "; ".join(parts)
