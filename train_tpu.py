@@ -9,6 +9,8 @@ TPU"); then bring the file in: the lessons' setup cell installs it (python -m tr
 download train_tpu.py from the repository. Run it twice with the same --ckpt-dir and the second
 run continues where the first stopped, even after a SIGKILL (with --fit, after the last
 finished epoch). A data folder whose files differ from its info.json is refused before training.
+On a TPU of several cores, Keras 3's fit is expected to fail before its first step (see
+fit_start_error): TF_USE_LEGACY_KERAS=1 with tf-keras installed runs --fit on tf-keras.
 
     python train_tpu.py --smoke                  # about a minute on a laptop's CPU
     python train_tpu.py --ckpt-dir gs://bucket/run1 --data-dir gs://bucket/fmnist  # a TPU VM
