@@ -72,3 +72,19 @@ def test_the_stored_files_agree_with_the_settings():
         text = (ROOT / file).read_text(encoding="utf-8")
         assert repository.synced(file, text, cfg) == text, f"{file}: run make sync"
     assert repository.unsupported_pythons() == []
+
+
+def test_the_script_setting_names_the_script_that_is_packaged():
+    """pyproject.toml's script setting is where tools and tests find the reference script; pip
+    installs it as a top-level module (py-modules), which setuptools takes from the root."""
+    import script_parts
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        pyproject = tomllib.load(f)
+    script = Path(pyproject["tool"]["tpu-field-guide"]["script"])
+    assert script_parts.SCRIPT == ROOT / script and script_parts.SCRIPT.exists()
+    assert pyproject["tool"]["setuptools"]["py-modules"] == [script.stem], (
+        "packaging installs another module than the script setting names: update py-modules"
+    )
+    assert script.parent == Path("."), "py-modules takes modules at the root: add a package-dir"

@@ -26,7 +26,9 @@ import pytest
 pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "train_tpu.py"
+sys.path.insert(0, str(ROOT / "tools"))
+from script_parts import SCRIPT  # noqa: E402  (pyproject.toml's script setting)
+
 sys.path.insert(0, str(ROOT))
 
 import train_tpu  # noqa: E402

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from notebook_files import ROOT
+from notebook_files import ROOT, settings
 
 __all__ = [
     "END",
@@ -31,7 +31,7 @@ __all__ = [
     "unknown_tags",
 ]
 
-SCRIPT = ROOT / "train_tpu.py"
+SCRIPT = ROOT / settings()["script"]  # pyproject.toml's [tool.tpu-field-guide] script
 START = re.compile(r"^# ---- part: ([a-z0-9_-]+) ----$")
 END = "# ---- end of part ----"
 TAG = "script-part:"
@@ -41,6 +41,11 @@ NOT_YET_SHOWN = ()
 
 def parts(text: str | None = None) -> dict[str, str]:
     """``{name: code}`` of the script's parts, in the script's order."""
+    if text is None and not SCRIPT.exists():
+        raise SystemExit(
+            f"No reference script at {SCRIPT.relative_to(ROOT)}: set [tool.tpu-field-guide] "
+            "script in pyproject.toml to where it is."
+        )
     text = SCRIPT.read_text(encoding="utf-8") if text is None else text
     found: dict[str, str] = {}
     name, lines = None, []
