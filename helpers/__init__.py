@@ -12,7 +12,8 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``checkpoints``, ``preemption`` and ``save_faults``: a ``fit`` backup that survives a kill, the
   leftovers of a killed save, and kills at any instant of a save (08); the custom loop's
   checkpoint and restore are the script's
-- ``multiworker``: several worker processes on one machine (09)
+- ``multiworker``: several worker processes on one machine (09); ``pods``: a pod slice's hosts
+  and the gcloud commands that launch the reference script on it (09)
 - ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
 - ``profiling``: capture a profile and read it without TensorBoard: input waits, compute,
   retracing, and a diagnosis (11)
