@@ -26,6 +26,7 @@ import glob
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -427,7 +428,14 @@ def restore(manager, step, saved_order, require=False):
         )
     if latest is None:
         return 0
-    manager.checkpoint.restore(latest).assert_consumed()
+    try:
+        manager.checkpoint.restore(latest).assert_consumed()
+    except AssertionError as err:  # e.g. saved before `state` existed, or by another model
+        missing = ", ".join(re.findall(r"path=([^,\s]+)", str(err))) or str(err)[:160]
+        raise UsageError(
+            f"{latest} does not hold everything this model needs ({missing}): resume with "
+            "the code that wrote it or use a new --ckpt-dir."
+        ) from None
     if saved_order.numpy().tolist() != wanted:
         raise UsageError(
             f"{latest} was trained with another seed, batch or data size "

@@ -203,6 +203,20 @@ def test_the_custom_loops_checkpoint_holds_the_dropout_seed(tmp_path):
     np.testing.assert_array_equal(model(x, training=True), again(x, training=True))
 
 
+def test_a_checkpoint_without_the_dropout_seed_is_one_sentence(tmp_path):
+    """Saved as before the seed state was added: refused in a sentence, not a traceback."""
+    model, optimizer = _tiny(dropout=True), keras.optimizers.Adam(0.01)
+    optimizer.build(model.trainable_variables)
+    step, order = tf.Variable(3, dtype=tf.int64), tf.Variable(ORDER, dtype=tf.int64)
+    old = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step, order=order)
+    tf.train.CheckpointManager(old, str(tmp_path), max_to_keep=3).save(checkpoint_number=3)
+    again, again_optimizer = _tiny(dropout=True), keras.optimizers.Adam(0.01)
+    again_optimizer.build(again.trainable_variables)
+    manager, step, order = train_tpu.checkpointing(str(tmp_path), again, again_optimizer, ORDER)
+    with pytest.raises(train_tpu.UsageError, match="seed_generator_state.*new --ckpt-dir"):
+        train_tpu.restore(manager, step, order)
+
+
 def test_fit_backup_refuses_to_start_over_when_asked_to_resume(tmp_path):
     with pytest.raises(train_tpu.UsageError, match=r"No backup in .* \(--require-checkpoint\)"):
         _fit(tmp_path / "backup", epochs=1, require=True)
