@@ -84,7 +84,7 @@ def test_headline_is_filled_from_the_numbers_the_run_recorded(path, summary):
 
 # Lessons with no input pipeline or model of their own, so nothing for the readiness check.
 NO_READINESS_CHECK = {
-    "model_parallelism": "topologies and device assignments only: no dataset, no Keras model",
+    "model_parallelism": "topologies, and two layers split over devices by hand: no input pipeline",
     "keras3_on_jax": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
 }
 
