@@ -20,7 +20,7 @@ import sync_notebooks as sync  # noqa: E402
 
 PARTS = script_parts.parts()
 EXPECTED = (
-    "imports", "connect", "data", "tfrecords", "pipeline", "model", "step", "evaluation",
+    "imports", "connect", "data", "text", "tfrecords", "pipeline", "model", "step", "evaluation",
     "checkpoint", "fit", "simulation",
 )  # fmt: skip
 SCRIPT = """\
