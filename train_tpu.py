@@ -1,4 +1,4 @@
-"""Train a small CNN on Fashion-MNIST with tf.distribute: on a TPU, on GPUs, or on a simulated TPU.
+"""Train a small CNN on Fashion-MNIST (or a bag of words on texts) with tf.distribute: on a TPU, on GPUs, or on a simulated TPU.
 
 The TPU Field Guide's reference script: plain TensorFlow, Keras, NumPy and the standard library,
 one file to copy. It is written for Kaggle's TPU v5e-8, Colab's v5e-1 and Cloud TPU VMs, but so

@@ -239,3 +239,18 @@ def test_the_text_fit_run_reaches_the_floor(tmp_path, text_dir):
     done = _run([*args, "--data-dir", str(text_dir), "--ckpt-dir", "ckpt"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _accuracy(done.stdout) > FLOOR, done.stdout
+
+
+@pytest.mark.slow
+def test_on_a_real_two_worker_cluster_no_host_writes_the_data(tmp_path):
+    """MultiWorkerMirroredStrategy on loopback: two input pipelines, so each worker refuses."""
+    from helpers import multiworker as M
+
+    script = ["--data-dir", str(tmp_path / "data"), "--ckpt-dir", "{workdir}/ckpt{index}"]
+    command = ["-m", M.WORKER_PROGRAM, "--out", "{workdir}/worker{index}", "--script", *script]
+    with pytest.raises(M.WorkerError):
+        M.run_workers(command, 2, workdir=tmp_path / "work", timeout=300)
+    logs = [p.read_text() for p in sorted((tmp_path / "work").glob("worker*.log"))]
+    assert any("and 2 hosts must not each write them: run python train_tpu.py --prepare" in log
+               for log in logs), logs[0][-2000:]  # fmt: skip
+    assert not (tmp_path / "data" / "info.json").exists()
