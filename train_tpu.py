@@ -332,11 +332,12 @@ class Fortunes:
         vocabulary = Fortunes.vocabulary(texts[:cut])
         x_train, x_test = to_ids(texts[:cut], vocabulary), to_ids(texts[cut:], vocabulary)
         lengths = np.array([len(words(text)) for text in texts[:cut]])
+        most = np.bincount(labels)  # texts per language
         print(
-            f"fortunes: {cut} training and {len(texts) - cut} test texts in "
-            f"{len(LANGUAGES)} languages (the most frequent {np.bincount(labels).max() / len(labels):.1%});"
-            f" {LENGTH} words each: {np.mean(lengths > LENGTH):.1%} cut, "
-            f"{np.mean(x_train == 0):.1%} of the ids padding"
+            f"fortunes: {cut} training and {len(texts) - cut} test texts in {len(LANGUAGES)} "
+            f"languages ({LANGUAGES[most.argmax()][0]} {most.max() / len(labels):.1%}); {LENGTH} "
+            f"words each: {np.mean(lengths > LENGTH):.1%} cut, {np.mean(x_train == 0):.1%} of "
+            "the ids padding"
         )
         return {"train": (x_train, labels[:cut]), "test": (x_test, labels[cut:])}
 
