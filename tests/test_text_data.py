@@ -254,3 +254,20 @@ def test_on_a_real_two_worker_cluster_no_host_writes_the_data(tmp_path):
     assert any("and 2 hosts must not each write them: run python train_tpu.py --prepare" in log
                for log in logs), logs[0][-2000:]  # fmt: skip
     assert not (tmp_path / "data" / "info.json").exists()
+
+
+@pytest.mark.slow
+@needs_fortunes
+def test_the_text_model_trains_on_tf_keras_too(tmp_path, text_dir):
+    """tf-keras (TF_USE_LEGACY_KERAS=1): its masking and pooling give the same floor. Main
+    stack only: the platforms' stacks do not carry tf-keras."""
+    pytest.importorskip("tf_keras")
+    args = ["--dataset", "fortunes", "--smoke", "--epochs", "2"]
+    env = {k: v for k, v in os.environ.items() if k not in HIDE}
+    env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--data-dir", str(text_dir), "--ckpt-dir", "ckpt"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ", tf-keras " in done.stdout and _accuracy(done.stdout) > FLOOR, done.stdout
