@@ -207,37 +207,14 @@ class FashionMNIST:
         return FashionMNIST.encode(np.zeros(IMAGE_SHAPE, np.uint8), 0)
 
     @staticmethod
-    def build_model(bf16=True, seed=0, cast=False):
-        """A small CNN from pixels to logits; build it in strategy.scope().
-
-        mixed_bfloat16 (bfloat16 math, float32 variables) is set per layer, so nothing global
-        changes; the float32 last layer keeps the logits and the loss precise. uint8 pixels (a
-        quarter of float32's bytes to send) are scaled on the device. TensorFlow lists DT_UINT8
-        among the types a TPU takes (kTpuAllTypes, tensorflow/core/tpu/tpu_defs.h) and XLA runs
-        u8 on TPUs (jax-ml/jax#4011), though TensorFlow's TPU team said no in 2020
-        (tensorflow/tensorflow#37426): unverified on hardware; if it fails, pass --cast-on-host.
-        """
-        policy = "mixed_bfloat16" if bf16 else "float32"
-        init = [keras.initializers.GlorotUniform(seed + i) for i in range(4)]  # the same every run
-        dtype = "float32" if cast else "uint8"
-        inputs = keras.Input(IMAGE_SHAPE, dtype=dtype, name="pixels")
-        x = keras.layers.Rescaling(1 / 255, dtype=policy)(inputs)
-        for i, filters in enumerate((32, 64)):
-            x = keras.layers.Conv2D(
-                filters, 3, padding="same", activation="relu", kernel_initializer=init[i],
-                dtype=policy,
-            )(x)  # fmt: skip
-            x = keras.layers.MaxPooling2D(dtype=policy)(x)
-        x = keras.layers.Flatten(dtype=policy)(x)
-        x = keras.layers.Dense(128, activation="relu", kernel_initializer=init[2], dtype=policy)(x)
-        logits = keras.layers.Dense(CLASSES, kernel_initializer=init[3], dtype="float32")(x)
-        return keras.Model(inputs, logits, name="cnn")
+    def build_model(**model_args):
+        """The small CNN of part "model" (build_cnn)."""
+        return build_cnn(**model_args)
 
 
 # The names lessons and helpers use: Fashion-MNIST, the default data set.
 example_bytes = FashionMNIST.encode
 parse_batch = FashionMNIST.parse
-build_model = FashionMNIST.build_model
 
 
 # ---- end of part ----
@@ -551,6 +528,35 @@ def input_pipelines(strategy):
 
 # ---- end of part ----
 # ---- part: model ----
+def build_cnn(bf16=True, seed=0, cast=False):
+    """A small CNN from pixels to logits; build it in strategy.scope().
+
+    mixed_bfloat16 (bfloat16 math, float32 variables) is set per layer, so nothing global
+    changes; the float32 last layer keeps the logits and the loss precise. uint8 pixels (a
+    quarter of float32's bytes to send) are scaled on the device. TensorFlow lists DT_UINT8
+    among the types a TPU takes (kTpuAllTypes, tensorflow/core/tpu/tpu_defs.h) and XLA runs
+    u8 on TPUs (jax-ml/jax#4011), though TensorFlow's TPU team said no in 2020
+    (tensorflow/tensorflow#37426): unverified on hardware; if it fails, pass --cast-on-host.
+    """
+    policy = "mixed_bfloat16" if bf16 else "float32"
+    init = [keras.initializers.GlorotUniform(seed + i) for i in range(4)]  # the same every run
+    dtype = "float32" if cast else "uint8"
+    inputs = keras.Input(IMAGE_SHAPE, dtype=dtype, name="pixels")
+    x = keras.layers.Rescaling(1 / 255, dtype=policy)(inputs)
+    for i, filters in enumerate((32, 64)):
+        x = keras.layers.Conv2D(
+            filters, 3, padding="same", activation="relu", kernel_initializer=init[i], dtype=policy
+        )(x)
+        x = keras.layers.MaxPooling2D(dtype=policy)(x)
+    x = keras.layers.Flatten(dtype=policy)(x)
+    x = keras.layers.Dense(128, activation="relu", kernel_initializer=init[2], dtype=policy)(x)
+    logits = keras.layers.Dense(CLASSES, kernel_initializer=init[3], dtype="float32")(x)
+    return keras.Model(inputs, logits, name="cnn")
+
+
+build_model = build_cnn  # the name the lessons use: Fashion-MNIST's model
+
+
 # The model that proofs of equality build (in the lessons and the self-test): float32,
 # so that two runs can agree to the last bit. A layer added to the model that draws random
 # numbers in training (Dropout) must be switched off here too; a test fails until it is.
@@ -558,9 +564,9 @@ EXACT = {"bf16": False}
 
 
 def build(strategy, learning_rate, dataset=FashionMNIST, **model_args):
-    """The data set's model (its build_model, part "data") and Adam, with Adam's slot variables
-    created now, in the scope: made lazily inside strategy.run, they fail on 2+ replicas ("You
-    must feed a value for placeholder tensor")."""
+    """The data set's model (its build_model: the CNN above, or part "text"'s) and Adam, with
+    Adam's slot variables created now, in the scope: made lazily inside strategy.run, they fail
+    on 2+ replicas ("You must feed a value for placeholder tensor")."""
     with strategy.scope():
         model = dataset.build_model(**model_args)
         optimizer = keras.optimizers.Adam(learning_rate)
