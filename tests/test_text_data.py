@@ -126,7 +126,9 @@ def test_the_image_path_is_the_one_it_was():
     assert train_tpu.parse_args(["--dataset", "fortunes"]).data_dir == "fortunes_tfrecords"
     assert train_tpu.example_bytes is train_tpu.FashionMNIST.encode
     assert train_tpu.parse_batch is train_tpu.FashionMNIST.parse
-    assert train_tpu.build_model is train_tpu.build_cnn  # part "model", lesson 02
+    assert (
+        train_tpu.build_model is train_tpu.build_cnn
+    )  # part "model", notebook 02_building_in_strategy_scope
     assert train_tpu.FashionMNIST.build_model(bf16=False).name == "cnn"
     assert train_tpu.FashionMNIST.INPUT == ((28, 28, 1), "uint8")
     image = np.arange(784, dtype=np.uint8).reshape(28, 28)
