@@ -132,13 +132,8 @@ def connected():
 
 
 # ---- end of part ----
-# ---- part: data ----
-# Everything that depends on the data set lives in one class per data set, chosen by name
-# (--dataset, DATASETS in part "text"): where it comes from (load), how one example is stored
-# (encode) and read back on the host (parse), the blank example that fills the last test
-# batch (blank), what one example is on the device (INPUT: shape and dtype) and the model that
-# fits it (build_model). The pipeline, the step, fit, the checkpoints and the evaluation never
-# look inside an example: to train on your own data, write such a class and add it to DATASETS.
+# ---- part: fashion_mnist ----
+# The images as NumPy arrays, from Debian's files where installed, else from Keras' download.
 IDX_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist: works offline
 IMAGE_SHAPE = (28, 28, 1)
 CLASSES = 10
@@ -166,6 +161,14 @@ def load_fashion_mnist():
     return (arrays[0], arrays[1]), (arrays[2], arrays[3])
 
 
+# ---- end of part ----
+# ---- part: data ----
+# Everything that depends on the data set lives in one class per data set, chosen by name
+# (--dataset, DATASETS in part "text"): where it comes from (load), how one example is stored
+# (encode) and read back on the host (parse), the blank example that fills the last test
+# batch (blank), what one example is on the device (INPUT: shape and dtype) and the model that
+# fits it (build_model). The pipeline, the step, fit, the checkpoints and the evaluation never
+# look inside an example: to train on your own data, write such a class and add it to DATASETS.
 class FashionMNIST:
     """28x28 grey images of 10 kinds of clothing, sent as uint8 pixels, and a small CNN."""
 
@@ -563,12 +566,12 @@ build_model = build_cnn  # the name the lessons use: Fashion-MNIST's model
 EXACT = {"bf16": False}
 
 
-def build(strategy, learning_rate, dataset=FashionMNIST, **model_args):
-    """The data set's model (its build_model: the CNN above, or part "text"'s) and Adam, with
-    Adam's slot variables created now, in the scope: made lazily inside strategy.run, they fail
-    on 2+ replicas ("You must feed a value for placeholder tensor")."""
+def build(strategy, learning_rate, dataset=None, **model_args):
+    """The data set's model (its build_model; None: the CNN above) and Adam, with Adam's slot
+    variables created now, in the scope: made lazily inside strategy.run, they fail on 2+
+    replicas ("You must feed a value for placeholder tensor")."""
     with strategy.scope():
-        model = dataset.build_model(**model_args)
+        model = (dataset.build_model if dataset else build_cnn)(**model_args)
         optimizer = keras.optimizers.Adam(learning_rate)
         optimizer.build(model.trainable_variables)
     return model, optimizer
