@@ -1,4 +1,4 @@
-"""Train a small CNN on Fashion-MNIST with tf.distribute: on a TPU, on GPUs, or on a simulated TPU.
+"""Train a small CNN on Fashion-MNIST (or a bag of words on texts) with tf.distribute: on a TPU, on GPUs, or on a simulated TPU.
 
 The TPU Field Guide's reference script: plain TensorFlow, Keras, NumPy and the standard library,
 one file to copy. It is written for Kaggle's TPU v5e-8, Colab's v5e-1 and Cloud TPU VMs, but so
@@ -15,6 +15,13 @@ fit_start_error): TF_USE_LEGACY_KERAS=1 with tf-keras installed runs --fit on tf
     python train_tpu.py --smoke                  # about a minute on a laptop's CPU
     python train_tpu.py --ckpt-dir gs://bucket/run1 --data-dir gs://bucket/fmnist  # a TPU VM
     python train_tpu.py --fit                    # compile/fit: resumes at its last epoch's end
+    python train_tpu.py --dataset fortunes --smoke  # text: which language a fortune is in
+    python train_tpu.py --prepare --data-dir gs://bucket/fmnist  # a pod: write the data once
+
+Everything the data set decides (its loading, its examples, the model that fits them) is in one
+class of part "data" (Fashion-MNIST) or "text" (fortunes, from Debian's fortunes packages); the
+rest serves both. The first run writes the TFRecords itself on one host; a pod's hosts refuse
+to start without them (--prepare).
 
 Lessons show its parts (between the "part" markers). Exit status: 0 done, 2 a problem you
 must fix (one sentence on stderr).
@@ -22,6 +29,7 @@ must fix (one sentence on stderr).
 
 # ---- part: imports ----
 import argparse
+import collections
 import glob
 import json
 import math
@@ -51,8 +59,6 @@ else:
     import keras  # noqa: E402
 KERAS = f"{'tf-keras' if LEGACY_KERAS else 'Keras'} {keras.__version__}"  # which, for the log
 
-IMAGE_SHAPE = (28, 28, 1)
-CLASSES = 10
 SHARDS = 8  # TFRecord files per split: up to 8 hosts can each read their own files
 
 
@@ -126,8 +132,11 @@ def connected():
 
 
 # ---- end of part ----
-# ---- part: data ----
+# ---- part: fashion_mnist ----
+# The images as NumPy arrays, from Debian's files where installed, else from Keras' download.
 IDX_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist: works offline
+IMAGE_SHAPE = (28, 28, 1)
+CLASSES = 10
 
 
 def load_fashion_mnist():
@@ -153,20 +162,225 @@ def load_fashion_mnist():
 
 
 # ---- end of part ----
+# ---- part: data ----
+# Everything that depends on the data set lives in one class per data set, chosen by name
+# (--dataset, DATASETS in part "text"): where it comes from (load), how one example is stored
+# (encode) and read back on the host (parse), the blank example that fills the last test
+# batch (blank), what one example is on the device (INPUT: shape and dtype) and the model that
+# fits it (build_model). The pipeline, the step, fit, the checkpoints and the evaluation never
+# look inside an example: to train on your own data, write such a class and add it to DATASETS.
+class FashionMNIST:
+    """28x28 grey images of 10 kinds of clothing, sent as uint8 pixels, and a small CNN."""
+
+    NAME = "fashion_mnist"
+    INPUT = (IMAGE_SHAPE, "uint8")  # one example on the device (float32 with --cast-on-host)
+    CLASSES = CLASSES
+    EXAMPLES = "images"  # what the log calls them
+
+    @staticmethod
+    def load():
+        """{"train": (images, labels), "test": (images, labels)} as NumPy arrays."""
+        (x_train, y_train), (x_test, y_test) = load_fashion_mnist()
+        return {"train": (x_train, y_train), "test": (x_test, y_test)}
+
+    @staticmethod
+    def encode(image, label):
+        """One tf.train.Example: the raw uint8 pixels and the label."""
+        image = tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))
+        label = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
+        features = tf.train.Features(feature={"image": image, "label": label})
+        return tf.train.Example(features=features).SerializeToString()
+
+    @staticmethod
+    def parse(serialized, cast=False):
+        """A batch of serialized examples -> uint8 images [B, 28, 28, 1] and int32 labels; with
+        `cast` (--cast-on-host), float32 images, as uint8 into a TPU step is unverified (model)."""
+        fixed = tf.io.FixedLenFeature
+        spec = {"image": fixed([], tf.string), "label": fixed([], tf.int64)}
+        features = tf.io.parse_example(serialized, spec)
+        batch = serialized.shape[0] or -1  # static when batched with drop_remainder: keep it
+        images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (batch, *IMAGE_SHAPE))
+        if cast:
+            images = tf.cast(images, tf.float32)
+        return images, tf.cast(features["label"], tf.int32)
+
+    @staticmethod
+    def blank():
+        """The example that fills the last test batch (its weight 0 keeps it out): all black."""
+        return FashionMNIST.encode(np.zeros(IMAGE_SHAPE, np.uint8), 0)
+
+    @staticmethod
+    def build_model(**model_args):
+        """The small CNN of part "model" (build_cnn)."""
+        return build_cnn(**model_args)
+
+
+# The names lessons and helpers use: Fashion-MNIST, the default data set.
+example_bytes = FashionMNIST.encode
+parse_batch = FashionMNIST.parse
+
+
+# ---- end of part ----
+# ---- part: text ----
+# A second data set, so that swapping the data part is shown, not claimed: fortune cookies in
+# five languages, labelled by their language. Why these: Debian packages them (the data files
+# of the fortune program), so a machine without internet, CI's included, installs them as it
+# installs dataset-fashion-mnist, and they are small (55,000 texts, 9 MB with their indexes):
+#   apt-get install fortunes fortunes-de fortunes-es fortunes-it fortunes-br
+# Text on a TPU: words become int32 ids on the host, when the TFRecords are written (never
+# strings on the device), every text the same LENGTH (one static shape), id 0 the padding that
+# the model masks out.
+FORTUNES_DIR = "/usr/share/games/fortunes"
+LANGUAGES = (  # (label, Debian package, its fortune files under FORTUNES_DIR)
+    ("English", "fortunes", "*"),  # the files at the top; of the others, "brasil" only
+    ("German", "fortunes-de", "de/*"),
+    ("Spanish", "fortunes-es", "es/*.fortunes"),  # es/off/: its offensive ones, left out
+    ("Italian", "fortunes-it", "it/*"),
+    ("Portuguese", "fortunes-br", "brasil"),
+)
+NOT_PROSE = {"ascii-art", "asciiart", "banner", "translate-me", "translations"}  # pictures, mixes
+VOCABULARY = 8192  # ids: 0 padding, 1 a word not among the training split's 8,190 most frequent
+LENGTH = 72  # words per text, a multiple of 8 that covers 95% of them: longer ones are cut
+TEST_SHARE = 0.2
+
+
+def fortune_files(pattern):
+    """The fortune files a pattern names: not the .dat index beside each, nor a folder, nor a
+    link (fortunes-it links its files into the top folder too)."""
+    return [
+        path
+        for path in sorted(glob.glob(f"{FORTUNES_DIR}/{pattern}"))
+        if os.path.isfile(path)
+        and not os.path.islink(path)
+        and not path.endswith((".dat", ".u8"))
+        and os.path.basename(path) not in NOT_PROSE
+        and not (pattern == "*" and os.path.basename(path) == "brasil")  # Portuguese, at the top
+    ]
+
+
+def words(text):
+    return re.findall(r"\w+", text.lower())  # letters and digits, accents included
+
+
+def load_fortunes():
+    """(texts, labels): every fortune of LANGUAGES once, in file order (a text found under two
+    languages is left out), or a UsageError that says what to install."""
+    found = {}  # text -> the labels it has
+    for label, (_, package, pattern) in enumerate(LANGUAGES):
+        paths = fortune_files(pattern)
+        if not paths:
+            packages = " ".join(p for _, p, _ in LANGUAGES)
+            raise UsageError(
+                f"The fortunes data set needs Debian's {package} (nothing in {FORTUNES_DIR}"
+                f"/{pattern}): install them all with apt-get install {packages}."
+            )
+        for path in paths:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for text in re.split(r"^%\s*$", f.read(), flags=re.M):  # "%" ends a fortune
+                    if words(text):  # a text of no word would be all padding
+                        found.setdefault(text.strip(), set()).add(label)
+    texts = [text for text, labels in found.items() if len(labels) == 1]
+    return texts, np.array([min(found[text]) for text in texts], np.uint8)
+
+
+def to_ids(texts, vocabulary):
+    """int32 ids [N, LENGTH]: each text's words, cut at LENGTH, then 0s (padding)."""
+    ids = np.zeros((len(texts), LENGTH), np.int32)
+    for row, text in enumerate(texts):
+        found = [vocabulary.get(word, 1) for word in words(text)[:LENGTH]]
+        ids[row, : len(found)] = found
+    return ids
+
+
+class Fortunes:
+    """Which language a fortune cookie is in: words as int32 ids, and an average of their
+    embeddings (a bag of words: enough to tell languages apart)."""
+
+    NAME = "fortunes"
+    INPUT = ((LENGTH,), "int32")  # word ids, 0 = padding
+    CLASSES = len(LANGUAGES)
+    EXAMPLES = "texts"
+
+    @staticmethod
+    def load():
+        """{"train": (ids, labels), "test": (ids, labels)}: the texts shuffled (the files come
+        sorted by language), a fifth for testing, tokenised with the training split's words."""
+        texts, labels = load_fortunes()
+        order = np.random.default_rng(0).permutation(len(texts))
+        texts, labels = [texts[i] for i in order], labels[order]
+        cut = len(texts) - round(len(texts) * TEST_SHARE)
+        vocabulary = Fortunes.vocabulary(texts[:cut])
+        x_train, x_test = to_ids(texts[:cut], vocabulary), to_ids(texts[cut:], vocabulary)
+        lengths = np.array([len(words(text)) for text in texts[:cut]])
+        most = np.bincount(labels)  # texts per language
+        print(
+            f"fortunes: {cut} training and {len(texts) - cut} test texts in {len(LANGUAGES)} "
+            f"languages ({LANGUAGES[most.argmax()][0]} {most.max() / len(labels):.1%}); {LENGTH} "
+            f"words each: {np.mean(lengths > LENGTH):.1%} cut, {np.mean(x_train == 0):.1%} of "
+            "the ids padding"
+        )
+        return {"train": (x_train, labels[:cut]), "test": (x_test, labels[cut:])}
+
+    @staticmethod
+    def vocabulary(texts):
+        """{word: id} of the VOCABULARY - 2 most frequent words of these texts, from id 2 on."""
+        counts = collections.Counter(word for text in texts for word in words(text))
+        return {word: i + 2 for i, (word, _) in enumerate(counts.most_common(VOCABULARY - 2))}
+
+    @staticmethod
+    def encode(ids, label):
+        """One tf.train.Example: the LENGTH word ids and the label."""
+        ids = tf.train.Feature(int64_list=tf.train.Int64List(value=ids.tolist()))
+        label = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
+        features = tf.train.Features(feature={"ids": ids, "label": label})
+        return tf.train.Example(features=features).SerializeToString()
+
+    @staticmethod
+    def parse(serialized, cast=False):
+        """A batch of serialized examples -> int32 ids [B, LENGTH] and int32 labels (`cast`:
+        nothing to cast, ids stay integers)."""
+        fixed = tf.io.FixedLenFeature
+        spec = {"ids": fixed([LENGTH], tf.int64), "label": fixed([], tf.int64)}
+        features = tf.io.parse_example(serialized, spec)
+        batch = serialized.shape[0] or -1  # static when batched with drop_remainder: keep it
+        ids = tf.reshape(tf.cast(features["ids"], tf.int32), (batch, LENGTH))
+        return ids, tf.cast(features["label"], tf.int32)
+
+    @staticmethod
+    def blank():
+        """The example that fills the last test batch: one unknown word, not none (the average
+        over no word is 0/0, a NaN that even a weight of 0 keeps)."""
+        return Fortunes.encode(np.eye(1, LENGTH, dtype=np.int32)[0], 0)
+
+    @staticmethod
+    def build_model(bf16=True, seed=0, cast=False):
+        """Word ids -> embeddings -> their average over the words (mask_zero: padding left out)
+        -> a hidden layer -> logits. Seeded and mixed_bfloat16 per layer as the CNN is, float32
+        logits; widths of 128, a TPU core's matrix unit."""
+        policy = "mixed_bfloat16" if bf16 else "float32"
+        embed = keras.initializers.RandomUniform(-0.05, 0.05, seed=seed)
+        init = [keras.initializers.GlorotUniform(seed + i) for i in (1, 2)]  # the same every run
+        ids = keras.Input((LENGTH,), dtype="int32", name="ids")
+        x = keras.layers.Embedding(
+            VOCABULARY, 128, mask_zero=True, embeddings_initializer=embed, dtype=policy
+        )(ids)
+        x = keras.layers.GlobalAveragePooling1D(dtype=policy)(x)  # over the unmasked words
+        x = keras.layers.Dense(128, activation="relu", kernel_initializer=init[0], dtype=policy)(x)
+        logits = keras.layers.Dense(len(LANGUAGES), kernel_initializer=init[1], dtype="float32")(x)
+        return keras.Model(ids, logits, name="words")
+
+
+DATASETS = {"fashion_mnist": FashionMNIST, "fortunes": Fortunes}  # --dataset's choices
+
+
+# ---- end of part ----
 # ---- part: tfrecords ----
-def example_bytes(image, label):
-    """One tf.train.Example: the raw uint8 pixels and the label."""
-    image = tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.tobytes()]))
-    label = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
-    features = tf.train.Features(feature={"image": image, "label": label})
-    return tf.train.Example(features=features).SerializeToString()
-
-
-def write_tfrecords(folder, splits):
-    """Write {"train": (x, y), "test": (x, y)} once as SHARDS files per split; return counts.
-    A kill leaves no half file under a name that is read: each file is renamed when complete,
-    and info.json, which vouches for them all (their counts and sizes), comes last."""
-    info = read_info(folder)
+def write_tfrecords(folder, splits, dataset=FashionMNIST):
+    """Write {"train": (x, y), "test": (x, y)} once as SHARDS files per split, each example
+    encoded by the data set; return counts. A kill leaves no half file under a name that is
+    read: each file is renamed when complete, and info.json, which vouches for them all (their
+    counts and sizes, and the data set's name), comes last."""
+    info = read_info(folder, dataset)
     if info:
         return info
     tf.io.gfile.makedirs(folder)
@@ -178,10 +392,11 @@ def write_tfrecords(folder, splits):
             partial = f"{folder}/{name}.tmp-{os.getpid()}"  # its own name: writers never mix
             with tf.io.TFRecordWriter(partial) as writer:
                 for i in rows:
-                    writer.write(example_bytes(x[i], y[i]))
+                    writer.write(dataset.encode(x[i], y[i]))
             info["bytes"][name] = tf.io.gfile.stat(partial).length
             tf.io.gfile.rename(partial, f"{folder}/{name}", overwrite=True)  # whole, or absent
             info[split].append(len(rows))
+    info["dataset"] = dataset.NAME
     partial = f"{folder}/info.json.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(partial, "w") as f:
         json.dump(info, f)
@@ -189,10 +404,17 @@ def write_tfrecords(folder, splits):
     return info
 
 
-def read_info(folder):
+def prepare(folder, dataset):
+    """The data set loaded, encoded on this host and written to `folder` (python train_tpu.py
+    --prepare; on one host also the first run); its counts. Written already: only checked."""
+    return read_info(folder, dataset) or write_tfrecords(folder, dataset.load(), dataset)
+
+
+def read_info(folder, dataset=None):
     """What info.json records, once every file matches it; None if there is none to trust (no
     info.json, or one from before sizes were recorded: write the folder again). A missing,
-    cut-short or unlisted file is an error: training on part of the data would look fine."""
+    cut-short or unlisted file is an error: training on part of the data would look fine; so
+    is another data set's folder than `dataset`'s."""
     if not tf.io.gfile.exists(f"{folder}/info.json"):
         return None
     with tf.io.gfile.GFile(f"{folder}/info.json") as f:
@@ -214,20 +436,13 @@ def read_info(folder):
             )
     for name in sorted(set(found) - set(info["bytes"])):
         raise UsageError(f"{folder}/{name} is not listed in info.json: move it elsewhere.")
+    held = info.get("dataset", FashionMNIST.NAME)  # written before there was a choice
+    if dataset and held != dataset.NAME:
+        raise UsageError(
+            f"{folder} holds {held}, not {dataset.NAME}: pass --dataset {held}, or another "
+            "--data-dir."
+        )
     return info
-
-
-def parse_batch(serialized, cast=False):
-    """A batch of serialized examples -> uint8 images [B, 28, 28, 1] and int32 labels; with
-    `cast` (--cast-on-host), float32 images, as uint8 into a TPU step is unverified (model)."""
-    fixed = tf.io.FixedLenFeature
-    spec = {"image": fixed([], tf.string), "label": fixed([], tf.int64)}
-    features = tf.io.parse_example(serialized, spec)
-    batch = serialized.shape[0] or -1  # static when batched with drop_remainder: keep it
-    images = tf.reshape(tf.io.decode_raw(features["image"], tf.uint8), (batch, *IMAGE_SHAPE))
-    if cast:
-        images = tf.cast(images, tf.float32)
-    return images, tf.cast(features["label"], tf.int32)
 
 
 # ---- end of part ----
@@ -258,12 +473,14 @@ def with_options(ds):
 
 
 def train_dataset(
-    folder, ctx, batch, steps_per_epoch, epochs, start_step=0, seed=0, examples=None, cast=False
-):
+    folder, ctx, batch, steps_per_epoch, epochs, start_step=0, seed=0, examples=None, cast=False,
+    dataset=FashionMNIST,
+):  # fmt: skip
     """This host's batches (`ctx`: a tf.distribute.InputContext) from step `start_step` on.
     Epoch e shuffles with the seed (seed, e), so a run restarted at step k skips the batches
     its epoch already trained and sees exactly what an uninterrupted run would (tf.distribute's
-    iterators cannot be checkpointed; the step can). `examples`: use only that many."""
+    iterators cannot be checkpointed; the step can). `examples`: use only that many. The data
+    set parses the records (part "data"): the rest knows nothing of what an example holds."""
     files = host_files(folder, "train", ctx)
     per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # batches one step takes here
     first_epoch, done = divmod(start_step, steps_per_epoch)
@@ -279,40 +496,55 @@ def train_dataset(
         records = records.take(steps_per_epoch * per_step)
         ds = records if ds is None else ds.concatenate(records)
     ds = ds.skip(done * per_step)  # the batches the checkpoint says were trained
-    ds = ds.map(lambda r: parse_batch(r, cast), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(lambda r: dataset.parse(r, cast), num_parallel_calls=tf.data.AUTOTUNE)
     return with_options(ds.prefetch(tf.data.AUTOTUNE))
 
 
-def eval_dataset(folder, ctx, batch, steps, examples=None, cast=False):
-    """Every test image once per `steps` batches, over and over. A TPU runs one static shape:
-    the last batch is filled up with blank examples, whose weight 0 keeps them out of it all."""
+def eval_dataset(folder, ctx, batch, steps, examples=None, cast=False, dataset=FashionMNIST):
+    """Every test example once per `steps` batches, over and over. A TPU runs one static shape:
+    the last batch is filled up with the data set's blank example, whose weight 0 keeps it out
+    of it all."""
     records = read_records(host_files(folder, "test", ctx))
     if examples:
         records = records.take(examples // ctx.num_input_pipelines)
-    blank = example_bytes(np.zeros(IMAGE_SHAPE, np.uint8), 0)
-    padding = tf.data.Dataset.from_tensors((blank, 0.0)).repeat()
+    padding = tf.data.Dataset.from_tensors((dataset.blank(), 0.0)).repeat()
     per_step = ctx.num_replicas_in_sync // ctx.num_input_pipelines
     ds = records.map(lambda r: (r, 1.0)).concatenate(padding).take(steps * per_step * batch)
     ds = ds.batch(batch, drop_remainder=True)
-    ds = ds.map(lambda r, w: (*parse_batch(r, cast), w), tf.data.AUTOTUNE)
+    ds = ds.map(lambda r, w: (*dataset.parse(r, cast), w), tf.data.AUTOTUNE)
     return with_options(ds.cache().repeat().prefetch(tf.data.AUTOTUNE))
+
+
+def input_pipelines(strategy):
+    """How many hosts feed the replicas, each reading its own files: 1 but on a pod slice (or
+    a cluster of workers), where no host may write the data alone (python train_tpu.py
+    --prepare writes it once, beforehand)."""
+    found = []
+
+    def probe(ctx):  # what the strategy tells each host's pipeline
+        found.append(ctx.num_input_pipelines)
+        return tf.data.Dataset.range(1)
+
+    strategy.distribute_datasets_from_function(probe)  # nothing read: no iterator made
+    return found[0]
 
 
 # ---- end of part ----
 # ---- part: model ----
-def build_model(bf16=True, seed=0, input_dtype="uint8"):
+def build_cnn(bf16=True, seed=0, cast=False):
     """A small CNN from pixels to logits; build it in strategy.scope().
 
     mixed_bfloat16 (bfloat16 math, float32 variables) is set per layer, so nothing global
     changes; the float32 last layer keeps the logits and the loss precise. uint8 pixels (a
     quarter of float32's bytes to send) are scaled on the device. TensorFlow lists DT_UINT8
-    among the types a TPU takes (kTpuAllTypes, tensorflow/core/tpu/tpu_defs.h) and XLA runs u8
-    on TPUs (jax-ml/jax#4011), though TensorFlow's TPU team said no in 2020
+    among the types a TPU takes (kTpuAllTypes, tensorflow/core/tpu/tpu_defs.h) and XLA runs
+    u8 on TPUs (jax-ml/jax#4011), though TensorFlow's TPU team said no in 2020
     (tensorflow/tensorflow#37426): unverified on hardware; if it fails, pass --cast-on-host.
     """
     policy = "mixed_bfloat16" if bf16 else "float32"
     init = [keras.initializers.GlorotUniform(seed + i) for i in range(4)]  # the same every run
-    inputs = keras.Input(IMAGE_SHAPE, dtype=input_dtype, name="pixels")
+    dtype = "float32" if cast else "uint8"
+    inputs = keras.Input(IMAGE_SHAPE, dtype=dtype, name="pixels")
     x = keras.layers.Rescaling(1 / 255, dtype=policy)(inputs)
     for i, filters in enumerate((32, 64)):
         x = keras.layers.Conv2D(
@@ -325,17 +557,21 @@ def build_model(bf16=True, seed=0, input_dtype="uint8"):
     return keras.Model(inputs, logits, name="cnn")
 
 
+build_model = build_cnn  # the name the lessons use: Fashion-MNIST's model
+
+
 # The model that proofs of equality build (in the lessons and the self-test): float32,
 # so that two runs can agree to the last bit. A layer added to the model that draws random
 # numbers in training (Dropout) must be switched off here too; a test fails until it is.
 EXACT = {"bf16": False}
 
 
-def build(strategy, learning_rate, **model_args):
-    """Model and Adam, with Adam's slot variables created now, in the scope: made lazily inside
-    strategy.run, they fail on 2+ replicas ("You must feed a value for placeholder tensor")."""
+def build(strategy, learning_rate, dataset=None, **model_args):
+    """The data set's model (its build_model; None: the CNN above) and Adam, with Adam's slot
+    variables created now, in the scope: made lazily inside strategy.run, they fail on 2+
+    replicas ("You must feed a value for placeholder tensor")."""
     with strategy.scope():
-        model = build_model(**model_args)
+        model = (dataset.build_model if dataset else build_cnn)(**model_args)
         optimizer = keras.optimizers.Adam(learning_rate)
         optimizer.build(model.trainable_variables)
     return model, optimizer
@@ -617,7 +853,13 @@ def parse_args(argv=None):
 
     p = Parser(prog="train_tpu", description=__doc__.splitlines()[0])
     p.add_argument("--ckpt-dir", help="checkpoint folder (default checkpoints[-smoke])")
-    p.add_argument("--data-dir", default="fashion_mnist_tfrecords", help="TFRecord folder")
+    p.add_argument(
+        "--dataset", choices=sorted(DATASETS), default="fashion_mnist", help="what to train on"
+    )
+    p.add_argument("--data-dir", help="TFRecord folder (default DATASET_tfrecords)")
+    p.add_argument(
+        "--prepare", action="store_true", help="write the TFRecords and stop (a pod: once, first)"
+    )
     p.add_argument("--replicas", type=positive, default=8, help="the simulated TPU's, on a CPU")
     p.add_argument("--epochs", type=positive, help="passes over the data (default 5, smoke 3)")
     p.add_argument("--per-replica-batch", type=positive, default=64, help="examples per replica")
@@ -627,7 +869,7 @@ def parse_args(argv=None):
     p.add_argument("--train-examples", type=positive, help="use only this many (default: all)")
     p.add_argument("--test-examples", type=positive, help="evaluate only this many")
     p.add_argument("--seed", type=int, default=0, help="initial weights and data order")
-    p.add_argument("--smoke", action="store_true", help="a quick check: 16384 images, 3 epochs")
+    p.add_argument("--smoke", action="store_true", help="a quick check: 16384 examples, 3 epochs")
     p.add_argument(
         "--fit", action="store_true", help="train with compile/fit (backup: CKPT_DIR/fit)"
     )
@@ -638,6 +880,7 @@ def parse_args(argv=None):
     args.epochs = args.epochs or (3 if args.smoke else 5)
     args.train_examples = args.train_examples or (16384 if args.smoke else None)
     args.ckpt_dir = args.ckpt_dir or ("checkpoints-smoke" if args.smoke else "checkpoints")
+    args.data_dir = args.data_dir or f"{args.dataset}_tfrecords"
     if args.per_replica_batch % 8:  # a TPU would pad it and compute the padding for nothing
         print("warning: --per-replica-batch is not a multiple of 8.", file=sys.stderr)
     return args
@@ -646,7 +889,9 @@ def parse_args(argv=None):
 def main(argv=None, strategy=None):
     """Run the script; `strategy`: one already connected (a notebook holding the TPU)."""
     args = parse_args(argv)
-    for folder in (args.data_dir, args.ckpt_dir):  # fail now, not at the first save
+    dataset = DATASETS[args.dataset]
+    folders = [args.data_dir] + ([] if args.prepare else [args.ckpt_dir])
+    for folder in folders:  # fail now, not at the first save
         try:
             tf.io.gfile.makedirs(folder)
             probe = f"{folder}/.write-test-{os.getpid()}"
@@ -656,18 +901,28 @@ def main(argv=None, strategy=None):
         except (OSError, tf.errors.OpError) as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise UsageError(f"Cannot write to {folder} ({reason}).") from None
+    if args.prepare:  # no TPU needed: the data is encoded on this host
+        counts = prepare(args.data_dir, dataset)
+        train, test = sum(counts["train"]), sum(counts["test"])
+        print(f"{args.data_dir}: {train} training and {test} test examples of {dataset.NAME}")
+        return 0
     backup_dir = f"{args.ckpt_dir}/fit"  # --fit's backup: Keras' files, beside the loop's
     saved = fit_backup_saved(backup_dir) if args.fit else tf.train.latest_checkpoint(args.ckpt_dir)
     if args.require_checkpoint and not saved:  # fail now, before the TPU is initialised
         where = backup_dir if args.fit else args.ckpt_dir
         raise UsageError(f"No checkpoint in {where} to resume from (--require-checkpoint).")
-    counts = read_info(args.data_dir)  # damaged data fails now too
+    counts = read_info(args.data_dir, dataset)  # damaged data (or another set's) fails now too
     start = time.perf_counter()
     strategy = strategy or connect(args.replicas)
     keras.utils.set_random_seed(args.seed)  # the shuffle's order also depends on this seed
-    if counts is None:  # the first run: write the TFRecords
-        train_arrays, test_arrays = load_fashion_mnist()
-        counts = write_tfrecords(args.data_dir, {"train": train_arrays, "test": test_arrays})
+    if counts is None and (hosts := input_pipelines(strategy)) > 1:  # each would write it
+        raise UsageError(
+            f"No TFRecords in {args.data_dir}, and {hosts} hosts must not each write them: run "
+            f"python train_tpu.py --prepare --dataset {dataset.NAME} --data-dir {args.data_dir} "
+            "once, then train."
+        )
+    if counts is None:  # the first run on one host: write the TFRecords
+        counts = prepare(args.data_dir, dataset)
     train_examples = min(args.train_examples or sum(counts["train"]), sum(counts["train"]))
     test_examples = min(args.test_examples or sum(counts["test"]), sum(counts["test"]))
     global_batch = args.per_replica_batch * strategy.num_replicas_in_sync
@@ -681,9 +936,8 @@ def main(argv=None, strategy=None):
     # Lesson 03_keras_compile_and_fit's rule for Adam: the rate grows with the square root of
     # the global batch.
     learning_rate = args.learning_rate * math.sqrt(global_batch / 128)
-    pixels = "float32" if args.cast_on_host else "uint8"
     model, optimizer = build(
-        strategy, learning_rate, bf16=args.bf16, seed=args.seed, input_dtype=pixels
+        strategy, learning_rate, dataset, bf16=args.bf16, seed=args.seed, cast=args.cast_on_host
     )
     order = [args.seed, global_batch, train_examples]
     if args.fit:
@@ -714,7 +968,7 @@ def main(argv=None, strategy=None):
 
     eval_steps = math.ceil(test_examples / global_batch)
     test_iterator = keep(
-        iter(distributed(eval_dataset, eval_steps, test_examples, args.cast_on_host))
+        iter(distributed(eval_dataset, eval_steps, test_examples, args.cast_on_host, dataset))
     )
     evaluate = make_evaluate(strategy, model)
     accuracy, epoch_start = None, time.perf_counter()
@@ -726,12 +980,12 @@ def main(argv=None, strategy=None):
         over = "" if steps == steps_per_epoch else f" (its last {steps} steps: resumed)"
         print(
             f"epoch {epoch}/{args.epochs}: loss {loss:.4f}{over}, test loss {test_loss:.4f}, "
-            f"test accuracy {accuracy:.4f} ({n} images), {seconds:.1f} s",
+            f"test accuracy {accuracy:.4f} ({n} {dataset.EXAMPLES}), {seconds:.1f} s",
             flush=True,
         )
         epoch_start = time.perf_counter()
 
-    kw = dict(examples=train_examples, cast=args.cast_on_host, seed=args.seed)
+    kw = dict(examples=train_examples, cast=args.cast_on_host, seed=args.seed, dataset=dataset)
     if args.fit and done < total:
         # Every host reads its own files, from the step the backup restored (fit restarts
         # at that epoch): an uninterrupted run's data, batch for batch.
@@ -779,7 +1033,8 @@ def main(argv=None, strategy=None):
         accuracy = evaluate(test_iterator, eval_steps)[1]
     saved = f"a backup in {backup_dir}" if args.fit else f"checkpoints in {args.ckpt_dir}"
     print(
-        f"done: {done} steps, test accuracy {accuracy:.4f} on all {test_examples} test images, "
+        f"done: {done} steps, test accuracy {accuracy:.4f} on all {test_examples} test "
+        f"{dataset.EXAMPLES}, "
         f"{time.perf_counter() - start:.0f} s; {saved}"
     )
     return 0

@@ -64,7 +64,7 @@ def runs_on(*places: str) -> None:
     """Declare where the block this line opens must run, and record that it ran here.
 
     Raises ValueError for a place the runner does not know, so a typo fails at once.
-    Taught in notebooks 00, 01, 02, 03, 04, 07, 08, 09, 10, 12.
+    Taught in notebooks 00, 01, 02, 03, 04, 07, 08, 09, 10, 12, 13.
     """
     unknown = [p for p in places if not is_place(p)]
     if not places or unknown:

@@ -141,7 +141,7 @@ def start(
     ``backend`` is ``"tensorflow"`` (the lessons), ``"jax"`` (Keras on JAX, notebook 12_keras3_on_jax: no
     TensorFlow in the process) or ``None`` (a lesson with neither). Returns nothing, so the
     cell shows only the line.
-    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12.
+    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12, 13.
     """
     version = _check_release(release)
     hints = runtime.tpu_hints()

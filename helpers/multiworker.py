@@ -283,6 +283,9 @@ def worker_env(ports: Sequence[int], index: int, extra: Mapping[str, str | None]
         "PYTHONPATH": path,
         "TF_CONFIG": json.dumps(tf_config(ports, index)),
         PARENT_PID_ENV: str(os.getpid()),
+        # The working directory stays off sys.path: a learner's edited train_tpu.py there would
+        # replace the collection's in every worker (Python 3.11 and later; 3.10 ignores it).
+        "PYTHONSAFEPATH": "1",
     }
     return processes.child_env({**own, **(extra or {})})
 

@@ -23,7 +23,7 @@ def record(**values: float | int | str | bool) -> None:
     """Print named results, one per line, and keep them for the headless run's summary.
 
     Returns nothing, so a cell ending with ``record(...)`` shows only those lines.
-    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12.
+    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12, 13.
     """
     values = {name: _plain(value) for name, value in values.items()}
     for name, value in values.items():

@@ -44,7 +44,7 @@ class RestartRequired(RuntimeError):
 def detect_platform(env: Mapping[str, str] | None = None) -> str:
     """Return ``"colab"``, ``"kaggle"``, ``"cloud-tpu-vm"``, ``"ci"`` or ``"local"`` (notebook 01_tpu_detection_and_connection).
 
-    Taught in notebooks 00, 01.
+    Taught in notebooks 00, 01, 13.
     """
     env = os.environ if env is None else env
     if any(name in env for name in COLAB_ENV) or "google.colab" in sys.modules:

@@ -22,7 +22,7 @@ __all__ = ["DATA_DIR", "ScriptFailed", "ScriptRun", "run_script"]
 
 # One TFRecord folder for every lesson: the script writes it once and each later run reads it.
 DATA_DIR = os.path.join(tempfile.gettempdir(), "fashion_mnist_tfrecords")
-_DONE = re.compile(r"^done: (\d+) steps, test accuracy ([0-9.]+) on all (\d+) test images")
+_DONE = re.compile(r"^done: (\d+) steps, test accuracy ([0-9.]+) on all (\d+) test \w+")
 
 
 class ScriptFailed(RuntimeError):
@@ -61,7 +61,7 @@ def run_script(strategy, *args: str, data_dir: str | None = None, ckpt_dir: str 
     ``data_dir`` defaults to :data:`DATA_DIR`, shared by every lesson; ``ckpt_dir`` to a new
     empty folder (pass one to resume a run). Raises :class:`ScriptFailed` with the script's
     sentence when it stops on a problem you must fix. Used by every lesson's "Your script".
-    Taught in notebooks 01, 02, 03, 04, 05, 06, 08, 09.
+    Taught in notebooks 01, 02, 03, 04, 05, 06, 08, 09, 13.
     """
     import train_tpu  # installed with the helpers (pyproject's py-modules)
 

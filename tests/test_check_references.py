@@ -82,13 +82,13 @@ def test_a_planted_reference_to_a_missing_lesson_fails_lint():
     word = "notebook"
     planted = {
         _("~@x.py"): f'"""See {word} 98_gone; Lesson {"97"}; {word}s 02 {"to"} 09."""',
-        "README.md": f"[{word} 13]({_('notebooks@13_gone')}.ipynb)",
+        "README.md": f"[{word} 98]({_('notebooks@98_gone')}.ipynb)",
         _("notebooks@x.ipynb"): _notebook(f"[{word} 09](10_tpu_readiness_check.ipynb)"),
     }
     assert refs.stale_references(planted) == [
-        f"README.md: {word} 13 does not exist",
-        "README.md: " + _("notebooks@13_gone.ipynb does not exist"),
-        "README.md: the link " + _("notebooks@13_gone.ipynb: no such file"),
+        f"README.md: {word} 98 does not exist",
+        "README.md: " + _("notebooks@98_gone.ipynb does not exist"),
+        "README.md: the link " + _("notebooks@98_gone.ipynb: no such file"),
         _(f"~@x.py: '{word}s 02 {'to'} 09': a lesson named by its number alone") + refs.BARE_FIX,
         _(f"~@x.py: {word} 97 does not exist"),
         _(f"~@x.py: {word} 98_gone names no lesson"),

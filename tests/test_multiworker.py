@@ -408,3 +408,21 @@ def test_the_scripts_fit_on_two_workers_reads_disjoint_examples(tmp_path):
     assert set(first) | set(second) == set(range(512))  # and together on every example
     log = (tmp_path / "work" / "worker0.log").read_text()
     assert "2 replica(s), tf-keras" in log and "epoch 2/2" in log
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH is Python 3.11's")
+def test_a_worker_imports_the_collections_script_not_an_edited_copy_in_the_working_directory(
+    tmp_path,
+):
+    (tmp_path / "train_tpu.py").write_text("raise SystemExit('the edited copy was imported')\n")
+    probe = "import train_tpu; print(train_tpu.__file__)"
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=M.worker_env([M.free_ports(1)[0]], 0),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert found.returncode == 0, found.stderr[-500:]
+    assert Path(found.stdout.strip()).parent != tmp_path

@@ -36,7 +36,7 @@ START = re.compile(r"^# ---- part: ([a-z0-9_-]+) ----$")
 END = "# ---- end of part ----"
 TAG = "script-part:"
 # Parts no lesson shows yet; a lesson that shows one removes it from here.
-NOT_YET_SHOWN = ()
+NOT_YET_SHOWN: tuple[str, ...] = ()  # every part is shown
 
 
 def parts(text: str | None = None) -> dict[str, str]:
