@@ -150,3 +150,27 @@ def test_lesson_tpu_readiness_check_trains_every_pass_on_a_tpu(tpu, train_images
     share = space["steps_per_epoch"] / space["batches_per_pass"]
     assert share >= SHARE, f"{tpu}: {share:.1%} of each pass's {space['batches_per_pass']} batches"
     assert 1 < space["steps_per_execution"] <= 32
+
+
+@pytest.mark.parametrize("version", ["full", "smoke"])
+def test_lesson_checkpoints_and_preemption_saves_inside_its_epochs_at_the_scripts_batch(version):
+    # Its killed runs are the script at its default batch: an epoch must not be a multiple of
+    # SAVE_EVERY, or the kill meant for the middle of an epoch lands on an epoch's end (the
+    # lesson asserts it; here a change of the script's default says which setting to change).
+    sys.path.insert(0, str(ROOT / "tools"))
+    import manifest
+
+    name = "checkpoints_and_preemption"
+    params = _parameters(_code_cells(name))
+    (stem,) = [s for s in manifest.load() if s.endswith(name)]
+    if version == "smoke":
+        params.update(manifest.smoke_parameters(manifest.load()[stem]))
+    home = f"[notebooks.{name}.smoke]" if version == "smoke" else f"{stem}'s parameters cell"
+    per_replica = train_tpu.parse_args([]).per_replica_batch
+    for replicas in sorted({*TPUS.values(), params["SIMULATED_REPLICAS"]}):
+        steps = params["TRAIN_EXAMPLES"] // (per_replica * replicas)
+        assert steps % params["SAVE_EVERY"] and steps > params["SAVE_EVERY"], (
+            f"on {replicas} replica(s) of the script's batch ({per_replica}), TRAIN_EXAMPLES = "
+            f"{params['TRAIN_EXAMPLES']} makes epochs of {steps} steps with SAVE_EVERY = "
+            f"{params['SAVE_EVERY']}: change them in {home} so that saves fall inside an epoch"
+        )
