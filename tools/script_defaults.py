@@ -11,7 +11,9 @@ so that changing a default is one edit. ``make lint`` fails on a number equal to
   ``64 * REPLICAS  # the script's default``, ``2e-3  # the script's --learning-rate``.
 
 A number that only equals a default (a seed of 0, 8 replicas of a test's own) is not flagged:
-nothing says it is the script's. ``python tools/script_defaults.py`` lists what it finds.
+nothing says it is the script's. Where the script cannot be imported (notebook 12_keras3_on_jax
+runs JAX without TensorFlow) a test holds the literal to the parser instead
+(tests/test_lesson_code_keras3_on_jax.py). ``python tools/script_defaults.py`` lists what it finds.
 """
 
 from __future__ import annotations
