@@ -304,9 +304,9 @@ def test_a_dropout_in_the_scripts_model_names_the_one_proof_to_update(tmp_path):
         p.name for p in (copy / "notebooks").glob("*.ipynb") if "Dropout(0.25" in p.read_text()
     ]
     assert shown, "no lesson shows the model part"
-    # The fast tests of what builds the script's model: the script's, and the helpers' that
-    # build its EXACT model (the self-test's checks, the replica check, the worker, the resume).
-    modules = ["train_tpu", "selftest", "loops", "multiworker", "preemption", "checkpoints"]
+    # The fast tests of what builds the script's model: the script's own, and those of the
+    # helpers that build its EXACT model (the self-test's checks, the multi-worker program).
+    modules = ["train_tpu", "selftest", "multiworker"]
     done = _pytest(copy, *FAST, *[str(Path("tests") / f"test_{m}.py") for m in modules])
     proof = "test_the_model_every_proof_builds_is_float32_and_draws_no_random_numbers"
     assert _failed(done) == [f"tests/test_train_tpu.py::{proof}"], done.stdout[-3000:]
