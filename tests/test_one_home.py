@@ -5,6 +5,10 @@ simulated replica count in helpers/strategy.py, the repository setting or the ol
 pyproject.toml), runs the Makefile's own `sync` and `lint` recipes, and reads what a reader would:
 README.md, the book's pages, notebook 01_tpu_detection_and_connection, the manifest, the stacks' requirements headers and every
 parameters cell, and no text still states the old value.
+
+The reference script's tests make the edits it invites (a layer in its model, a new parser
+default, another place for it) and run the fast tests that read it: each edit passes, or a
+fast test or lint says in one sentence what else to change, and the tests assert which.
 """
 
 from __future__ import annotations
