@@ -123,6 +123,7 @@ lint: $(READY)
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/sync_notebooks.py --check
 	$(BIN)/python tools/check_references.py
+	$(BIN)/python tools/script_defaults.py  # no number restates the script's parser
 	$(BIN)/nbstripout --keep-id --verify notebooks/*.ipynb  # stored as `make sync` leaves them
 
 # Ruff's UP036 removes the code kept for a Python older than requires-python (pyproject.toml), so

@@ -150,3 +150,50 @@ def test_lesson_tpu_readiness_check_trains_every_pass_on_a_tpu(tpu, train_images
     share = space["steps_per_epoch"] / space["batches_per_pass"]
     assert share >= SHARE, f"{tpu}: {share:.1%} of each pass's {space['batches_per_pass']} batches"
     assert 1 < space["steps_per_execution"] <= 32
+
+
+def _statements(cells, wanted, asserting):
+    """The lesson's statements that assign one of ``wanted``, or assert on ``asserting``."""
+    found = []
+    for cell in cells:
+        for node in ast.parse("".join(cell["source"])).body:
+            if isinstance(node, ast.Assign):
+                named = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            elif isinstance(node, ast.Assert):
+                named = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                named = wanted if asserting in named else set()
+            else:
+                continue
+            if named & wanted:
+                found.append(ast.unparse(node))
+    return "\n".join(found)
+
+
+@pytest.mark.parametrize("version", ["full", "smoke"])
+def test_lesson_checkpoints_and_preemption_kills_inside_an_epoch_at_the_scripts_batch(version):
+    # Its killed runs are the script at its default batch: the lesson's own plan (its
+    # statements, run here) needs a save inside an epoch after the first, where the kill lands.
+    # A change of the script's default makes other epochs: this says which settings to change.
+    sys.path.insert(0, str(ROOT / "tools"))
+    import manifest
+
+    name = "checkpoints_and_preemption"
+    cells = _code_cells(name)
+    params = _parameters(cells)
+    (stem,) = [s for s in manifest.load() if s.endswith(name)]
+    if version == "smoke":
+        params.update(manifest.smoke_parameters(manifest.load()[stem]))
+    home = f"[notebooks.{name}.smoke]" if version == "smoke" else f"{stem}'s parameters cell"
+    wanted = {"steps_per_epoch", "total_steps", "saves", "kill_at", "resume_at"}
+    plan = _statements(cells, wanted, asserting="SAVE_EVERY")
+    per_replica = train_tpu.parse_args([]).per_replica_batch
+    for replicas in sorted({*TPUS.values(), params["SIMULATED_REPLICAS"]}):
+        space = {**params, "GLOBAL_BATCH": per_replica * replicas}
+        try:
+            exec(plan, space)
+        except (AssertionError, StopIteration):
+            pytest.fail(
+                f"on {replicas} replica(s) of the script's batch ({per_replica}), TRAIN_EXAMPLES ="
+                f" {params['TRAIN_EXAMPLES']} and SAVE_EVERY = {params['SAVE_EVERY']} leave no save"
+                f" inside an epoch after the first to kill: change them in {home}"
+            )

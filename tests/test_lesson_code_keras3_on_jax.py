@@ -67,3 +67,27 @@ def test_notebook_12s_script_parts_run_on_jax_without_tensorflow(tmp_path):
     # Adam's two slots per trainable variable, and its iteration count, exist before training.
     assert result["slots"] > 2 * result["weights"]
     assert result["tensorflow"] is False, "TensorFlow was imported in the JAX process"
+
+
+def test_notebook_12s_settings_taken_from_the_script_are_the_parsers():
+    # The lesson cannot import the script (TensorFlow beside JAX), so its parameters cell states
+    # the script's values as literals; here they are held to the script's parser.
+    import ast
+    import sys
+
+    sys.path.insert(0, str(NOTEBOOK.parent.parent))
+    import train_tpu
+
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    (parameters,) = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
+    stated = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse("".join(parameters["source"])).body
+        if isinstance(node, ast.Assign)
+    }
+    script = {
+        "BASE_LEARNING_RATE": train_tpu.parse_args([]).learning_rate,
+        "MAX_TRAIN": train_tpu.parse_args(["--smoke"]).train_examples,
+    }
+    wrong = [f"{name} = {value!r}" for name, value in script.items() if stated[name] != value]
+    assert not wrong, f"set in {NOTEBOOK.name}'s parameters cell, as the script's parser: {wrong}"

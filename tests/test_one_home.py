@@ -5,11 +5,16 @@ simulated replica count in helpers/strategy.py, the repository setting or the ol
 pyproject.toml), runs the Makefile's own `sync` and `lint` recipes, and reads what a reader would:
 README.md, the book's pages, notebook 01_tpu_detection_and_connection, the manifest, the stacks' requirements headers and every
 parameters cell, and no text still states the old value.
+
+The reference script's tests make the edits it invites (a layer in its model, a new parser
+default, another place for it) and run the fast tests that read it: each edit passes, or a
+fast test or lint says in one sentence what else to change, and the tests assert which.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -25,6 +30,7 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 import notebook_files  # noqa: E402
+import script_defaults  # noqa: E402
 
 
 def _recipe(target: str) -> list[str]:
@@ -271,3 +277,95 @@ def test_recording_a_new_platform_snapshot_is_one_folder_and_one_name(tmp_path):
         cwd=copy, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 1 and "1 failed" in done.stdout
+
+
+# The reference script, as pyproject.toml places it.
+SCRIPT = notebook_files.settings()["script"]
+FAST = ["-m", "not slow and not browser"]
+
+
+def _pytest(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    """pytest in the copy, on its own helpers and script (not this checkout's)."""
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *args]
+    return subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True)
+
+
+def _failed(done: subprocess.CompletedProcess) -> list[str]:
+    return re.findall(r"^FAILED (\S+)", done.stdout, re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_a_dropout_in_the_scripts_model_names_the_one_proof_to_update(tmp_path):
+    # Dropout draws random numbers in training: the proofs of equality (lessons, self-test)
+    # build build_model(**EXACT) and would differ run to run. One fast test says so before any
+    # lesson runs; the lessons' model cells follow the script through make sync.
+    copy = _copy(tmp_path)
+    dense = 'x = keras.layers.Dense(128, activation="relu", kernel_initializer=init[2], dtype=policy)(x)\n'
+    dropout = "    x = keras.layers.Dropout(0.25, seed=seed, dtype=policy)(x)\n"
+    _edit_sync_lint(copy, SCRIPT, dense, dense + dropout)
+    shown = [
+        p.name for p in (copy / "notebooks").glob("*.ipynb") if "Dropout(0.25" in p.read_text()
+    ]
+    assert shown, "no lesson shows the model part"
+    # The fast tests of what builds the script's model: the script's own, and those of the
+    # helpers that build its EXACT model (the self-test's checks, the multi-worker program).
+    modules = ["train_tpu", "selftest", "multiworker"]
+    done = _pytest(copy, *FAST, *[str(Path("tests") / f"test_{m}.py") for m in modules])
+    proof = "test_the_model_every_proof_builds_is_float32_and_draws_no_random_numbers"
+    assert _failed(done) == [f"tests/test_train_tpu.py::{proof}"], done.stdout[-3000:]
+    assert "switch its random layers off in EXACT" in done.stdout
+
+
+@pytest.mark.slow
+def test_changing_the_scripts_default_per_replica_batch_is_one_edit(tmp_path):
+    copy = _copy(tmp_path)
+    (old,) = re.findall(
+        r'"--per-replica-batch", type=positive, default=(\d+)', (copy / SCRIPT).read_text()
+    )
+    new = int(old) * 2
+    _edit_sync_lint(  # lint's check of restated defaults included: none is left
+        copy,
+        SCRIPT,
+        f'"--per-replica-batch", type=positive, default={old},',
+        f'"--per-replica-batch", type=positive, default={new},',
+    )
+    texts = _tracked_text(copy)
+    assert script_defaults.stale_literals(texts, texts[SCRIPT], SCRIPT) == []
+    # What reads the default: the script's tests, the epoch plans, the lessons' settings held to
+    # it, the pod commands.
+    modules = ["train_tpu", "epoch_plans", "lesson_code_keras3_on_jax", "pods", "script_defaults"]
+    done = _pytest(copy, *FAST, *[str(Path("tests") / f"test_{m}.py") for m in modules])
+    # Twice the batch halves the epochs of lesson checkpoints_and_preemption's killed runs, which
+    # then have no save inside an epoch to kill: its settings are named, in both versions.
+    plan = "test_lesson_checkpoints_and_preemption_kills_inside_an_epoch_at_the_scripts_batch"
+    expected = [f"tests/test_epoch_plans.py::{plan}[{v}]" for v in ("full", "smoke")]
+    assert sorted(_failed(done)) == expected, done.stdout[-3000:]
+    assert "change them in 08_checkpoints_and_preemption's parameters cell" in done.stdout
+    assert "change them in [notebooks.checkpoints_and_preemption.smoke]" in done.stdout
+
+
+@pytest.mark.slow
+def test_moving_the_script_into_a_folder_says_what_else_to_do(tmp_path):
+    copy = _copy(tmp_path)
+    moved = f"scripts/{Path(SCRIPT).name}"
+    (copy / "scripts").mkdir()
+    shutil.move(copy / SCRIPT, copy / moved)
+    subprocess.run(["git", "add", "-A"], cwd=copy, check=True)
+    path = copy / "pyproject.toml"
+    text = path.read_text(encoding="utf-8")
+    assert text.count(f'script = "{SCRIPT}"') == 1
+    path.write_text(text.replace(f'script = "{SCRIPT}"', f'script = "{moved}"'))
+    commands = _recipe("sync") + _recipe("lint")
+    results = [
+        subprocess.run(c, shell=True, cwd=copy, capture_output=True, text=True) for c in commands
+    ]
+    failed = {c: r.stdout for c, r in zip(commands, results, strict=True) if r.returncode}
+    # Everything derived follows (the part cells, the import blocks); the README's link to the
+    # script is prose, and the reference check names it.
+    assert [c.split()[1] for c in failed] == ["tools/check_references.py"], failed
+    (out,) = failed.values()
+    assert f"README.md: the link {SCRIPT}: no such file" in out
+    # Packaging installs the script from the root: a fast test says what to add.
+    done = _pytest(copy, "tests/test_repository.py", "-k", "script_setting")
+    assert "py-modules takes modules at the root: add a package-dir" in done.stdout

@@ -34,9 +34,12 @@ sys.path.insert(0, str(ROOT))
 import train_tpu  # noqa: E402
 
 FLOOR = 0.80  # the test accuracy lessons 03_keras_compile_and_fit and 04_custom_training_loops assert on Fashion-MNIST, quick versions too
-# The reference run: --smoke's 16,384 images and 3 epochs (32 steps of 512 each), a save every
-# 16 steps, so that kills land inside an epoch.
-RUN = ["--smoke", "--save-every", "16", "--steps-per-call", "8"]
+# The reference run: --smoke's images and epochs at the script's default batch and replicas
+# (its parser's, so that the numbers below follow them), a save every half epoch, so that kills
+# land inside an epoch.
+SMOKE = train_tpu.parse_args(["--smoke"])
+STEPS = SMOKE.train_examples // (SMOKE.per_replica_batch * SMOKE.replicas)  # an epoch's
+RUN = ["--smoke", "--save-every", str(STEPS // 2), "--steps-per-call", "8"]
 HIDE = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
 
 # Kills the script where the test says: before the save of step K (mid-epoch, unsaved steps
@@ -319,7 +322,7 @@ def test_keras3_fits_failure_to_average_integers_says_what_to_do(monkeypatch):
 @pytest.mark.slow
 def test_the_custom_loop_reaches_the_floor(reference):
     stdout, _ = reference
-    assert len(re.findall(r"^epoch \d/3: loss", stdout, re.M)) == 3
+    assert len(re.findall(rf"^epoch \d/{SMOKE.epochs}: loss", stdout, re.M)) == SMOKE.epochs
     assert _accuracy(stdout) > FLOOR, stdout
     assert "on all 10000 test images" in stdout
 
@@ -328,18 +331,21 @@ def test_the_custom_loop_reaches_the_floor(reference):
 def test_killed_before_an_epoch_ends_it_resumes_mid_epoch_with_the_same_weights(
     tmp_path, data_dir, reference
 ):
-    # Killed just before the save of step 64 (the end of epoch 2): ckpt-48 stays the latest, so
-    # the restart resumes mid-epoch 2 and its epoch line says so. 08_checkpoints_and_preemption
-    # kills the script inside a mid-epoch save (the phase that leaves a torn save) on every stack.
+    # Killed just before the save at the end of epoch 2: the save half an epoch earlier stays
+    # the latest, so the restart resumes mid-epoch 2 and its epoch line says so.
+    # 08_checkpoints_and_preemption kills the script inside a mid-epoch save (the phase that
+    # leaves a torn save) on every stack.
     args = [*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"]
-    killed = _run(["--kill-at", "64", "--phase", "before", "--", *args], tmp_path, prefix=KILLER)
+    kill = ["--kill-at", str(2 * STEPS), "--phase", "before", "--"]
+    killed = _run([*kill, *args], tmp_path, prefix=KILLER)
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = _run([*args, "--require-checkpoint"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed at step 48" in resumed.stdout
-    assert re.search(
-        r"^epoch 2/3: loss [0-9.]+ \(its last 16 steps: resumed\)", resumed.stdout, re.M
+    assert f"resumed at step {2 * STEPS - STEPS // 2}" in resumed.stdout
+    resumed_line = (
+        rf"^epoch 2/{SMOKE.epochs}: loss [0-9.]+ \(its last {STEPS // 2} steps: resumed\)"
     )
+    assert re.search(resumed_line, resumed.stdout, re.M)
     expected, got = _weights(reference[1]), _weights(tmp_path / "ckpt")
     assert expected.keys() == got.keys() and len(got) > 10
     for name, value in expected.items():
@@ -349,7 +355,7 @@ def test_killed_before_an_epoch_ends_it_resumes_mid_epoch_with_the_same_weights(
 
 @pytest.fixture(scope="module")
 def fit_reference(tmp_path_factory, data_dir):
-    """--fit's uninterrupted run: --smoke's 3 epochs of 32 steps, its backup in ckpt/fit."""
+    """--fit's uninterrupted run: --smoke's epochs of STEPS steps, its backup in ckpt/fit."""
     cwd = tmp_path_factory.mktemp("fit")
     done = _run(["--smoke", "--fit", "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"], cwd)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -373,7 +379,7 @@ def test_fit_reaches_the_floor(fit_reference):
     stdout, _ = fit_reference
     # 8 replicas of a MirroredStrategy: one step per call (keras-team/keras#19246).
     assert "fit with steps_per_execution=1" in stdout
-    assert len(re.findall(r"^epoch \d/3: loss", stdout, re.M)) == 3
+    assert len(re.findall(rf"^epoch \d/{SMOKE.epochs}: loss", stdout, re.M)) == SMOKE.epochs
     assert _accuracy(stdout) > FLOOR, stdout
 
 
@@ -391,7 +397,7 @@ def test_fit_killed_mid_epoch_resumes_at_its_last_epoch_with_the_same_weights(
     )  # fmt: skip
     try:
         for line in run.stdout:
-            if line.startswith("epoch 1/3"):
+            if line.startswith(f"epoch 1/{SMOKE.epochs}"):
                 run.kill()
                 break
     finally:
@@ -400,8 +406,9 @@ def test_fit_killed_mid_epoch_resumes_at_its_last_epoch_with_the_same_weights(
     assert run.returncode == -9
     resumed = _run([*args, "--require-checkpoint"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "32 steps per epoch; resumed at step 32" in resumed.stdout
-    assert re.findall(r"^epoch (\d)/3", resumed.stdout, re.M) == ["2", "3"]
+    assert f"{STEPS} steps per epoch; resumed at step {STEPS}" in resumed.stdout
+    later = [str(epoch) for epoch in range(2, SMOKE.epochs + 1)]
+    assert re.findall(rf"^epoch (\d)/{SMOKE.epochs}", resumed.stdout, re.M) == later
     expected, got = _backup_weights(fit_reference[1]), _backup_weights(tmp_path / "ckpt" / "fit")
     assert expected.keys() == got.keys() and len(got) > 10
     for name, value in expected.items():

@@ -12,8 +12,12 @@ Derived, and so never edited by hand:
 - the lessons' numbers: the notebooks' file names and every reference to a lesson (a link to its
   file, its ``NN_name`` stem), from the manifest's order (``tools/lessons.py``);
 - the navigation cell at the end of each notebook (previous, next), from the numbered file names;
+- the shared settings in each parameters cell, from the manifest; the cells tagged
+  ``script-part:NAME``, from the reference script (``tools/script_parts.py``); the ``aside`` tags
+  and the aside's collapsed heading;
 - the kernelspec and language_info metadata that papermill and nbval need;
-- the notebook table in README.md, from the manifest;
+- the notebook table in README.md, from the manifest, and its list of modules, from their
+  docstrings;
 - the install-route table in README.md, from ``helpers.routes`` (the same table notebook 01_tpu_detection_and_connection shows),
   its "verified on a TPU" column from the records in hardware/records/ (``hardware.records``);
 - each stack's requirements header and TensorFlow pin, from ``helpers.routes`` (``tools/stacks.py``);
