@@ -7,6 +7,7 @@ of logical devices (a simulated TPU) runs its code in a fresh Python process: ``
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from helpers import processes, runtime
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # No test process, nor any process it starts, may load libtpu: on a host without a TPU it queries
 # the cloud metadata service. TensorFlow imported in the test workers themselves sees this too.
@@ -103,6 +106,29 @@ def _run_python(code: str, env: dict | None = None, timeout: float = 300, check:
             f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+# What would make the script think it runs on a TPU VM or in CI: hidden from its processes.
+_TPU_HINTS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
+
+
+def _run_script(args, cwd, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """Run the reference script (pyproject's script setting) as a learner does, in ``cwd``,
+    with the repository's helpers and ``env`` added; return the CompletedProcess."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from script_parts import SCRIPT
+
+    child_env = {k: v for k, v in os.environ.items() if k not in _TPU_HINTS}
+    child_env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", **env)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _done_accuracy(stdout: str) -> float:
+    """The test accuracy of the script's final ``done:`` line."""
+    return float(re.search(r"^done: .* test accuracy ([0-9.]+) on all", stdout, re.M).group(1))
 
 
 @pytest.fixture

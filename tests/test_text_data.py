@@ -13,17 +13,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import _done_accuracy, _run_script
 
 pytestmark = pytest.mark.stacks  # the reference script: on every stack, as test_train_tpu.py
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "train_tpu.py"
 sys.path.insert(0, str(ROOT))
 
 import train_tpu  # noqa: E402
@@ -34,7 +33,6 @@ import train_tpu  # noqa: E402
 # other TensorFlow and Keras versions, far above always saying German.
 MAJORITY = 0.329
 FLOOR = 0.90
-HIDE = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
 INSTALL = "apt-get install fortunes fortunes-de fortunes-es fortunes-it fortunes-br"
 
 
@@ -54,16 +52,7 @@ needs_fortunes = pytest.mark.skipif(
 
 
 def _run(args, cwd):
-    env = {k: v for k, v in os.environ.items() if k not in HIDE}
-    env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
-
-
-def _accuracy(stdout):
-    return float(re.search(r"^done: .* test accuracy ([0-9.]+) on all", stdout, re.M).group(1))
+    return _run_script(args, cwd, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +221,7 @@ def test_the_text_smoke_run_reaches_the_floor(tmp_path):
     assert done.stdout.startswith("fortunes: 44371 training and 11093 test texts")
     assert len(re.findall(r"^epoch \d/3: loss", done.stdout, re.M)) == 3
     assert "on all 11093 test texts" in done.stdout
-    assert _accuracy(done.stdout) > FLOOR > MAJORITY, done.stdout
+    assert _done_accuracy(done.stdout) > FLOOR > MAJORITY, done.stdout
 
 
 @pytest.mark.slow
@@ -241,7 +230,7 @@ def test_the_text_fit_run_reaches_the_floor(tmp_path, text_dir):
     args = ["--dataset", "fortunes", "--smoke", "--fit", "--epochs", "2"]
     done = _run([*args, "--data-dir", str(text_dir), "--ckpt-dir", "ckpt"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _accuracy(done.stdout) > FLOOR, done.stdout
+    assert _done_accuracy(done.stdout) > FLOOR, done.stdout
 
 
 @pytest.mark.slow
@@ -266,11 +255,7 @@ def test_the_text_model_trains_on_tf_keras_too(tmp_path, text_dir):
     stack only: the platforms' stacks do not carry tf-keras."""
     pytest.importorskip("tf_keras")
     args = ["--dataset", "fortunes", "--smoke", "--epochs", "2"]
-    env = {k: v for k, v in os.environ.items() if k not in HIDE}
-    env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--data-dir", str(text_dir), "--ckpt-dir", "ckpt"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    args += ["--data-dir", str(text_dir), "--ckpt-dir", "ckpt"]
+    done = _run_script(args, tmp_path, TF_USE_LEGACY_KERAS="1")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert ", tf-keras " in done.stdout and _accuracy(done.stdout) > FLOOR, done.stdout
+    assert ", tf-keras " in done.stdout and _done_accuracy(done.stdout) > FLOOR, done.stdout

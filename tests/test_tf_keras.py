@@ -8,33 +8,16 @@ only: the other stacks are the platforms' pins, which do not carry tf-keras.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-from script_parts import SCRIPT  # noqa: E402  (pyproject.toml's script setting)
+from conftest import _done_accuracy, _run_script
 
 FLOOR = 0.80  # 03_keras_compile_and_fit's and 04_custom_training_loops', on Fashion-MNIST
-HIDE = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
 
 
 def _run(args, cwd):
-    env = {k: v for k, v in os.environ.items() if k not in HIDE}
-    env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=900,
-    )  # fmt: skip
-
-
-def _accuracy(stdout):
-    return float(re.search(r"^done: .* test accuracy ([0-9.]+) on all", stdout, re.M).group(1))
+    return _run_script(args, cwd, timeout=900, TF_USE_LEGACY_KERAS="1")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +38,7 @@ def test_the_quick_run_trains_on_tf_keras_to_the_floor(tmp_path, data_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     assert f", tf-keras {tf_keras.__version__}, " in done.stdout.splitlines()[0]
     assert len(re.findall(r"^epoch \d/3: loss", done.stdout, re.M)) == 3
-    assert _accuracy(done.stdout) > FLOOR, done.stdout
+    assert _done_accuracy(done.stdout) > FLOOR, done.stdout
 
 
 @pytest.mark.slow
