@@ -188,7 +188,7 @@ def check(
             when you check a dataset built some other way. It must agree with what it can read.
 
     Returns a :class:`Report`.
-    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 08, 09, 10, 11.
+    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 08, 09, 10, 11, 13.
     """
     import tensorflow as tf
 
