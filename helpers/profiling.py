@@ -75,8 +75,11 @@ KERAS_BATCH_EVENT = "Profiled batch"
 BORDERLINE_MARGIN = 0.03
 # Events that are the host or a replica waiting for the next batch of a tf.data iterator.
 _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIteratorGetNext")
-# One replica taking its batch: counted per step to find how many training steps a call runs.
-_BATCH_EVENT = re.compile(r"^(IteratorGetNextOp::DoCompute|GetNextFromShard0)$")
+# A replica taking its batch inside the call: each iterator (one per replica) has its own line
+# of these, one event per training step. Counted on one line to find how many training steps a
+# call runs. Not GetNextFromShard0: a distributed iterator's background thread fetches ahead, so
+# on a busy machine its event can fall after the step that consumed it.
+_BATCH_EVENT = "IteratorGetNextOp::DoCompute"
 # An op execution on a compute thread is named "<node name>:<op type>".
 _OP_EVENT = re.compile(r"^(?P<node>[^:]+):(?P<type>[A-Za-z0-9_]+)$")
 # The lines :func:`diagnose` draws, as shares (0 to 1); its docstring says why each is where it
@@ -267,8 +270,8 @@ def extract(xplane_path: str | os.PathLike) -> dict:
                     markers[name].append([start, end])
                 elif _INPUT_EVENT.search(name):
                     inputs.append([start, end])
-                    if _BATCH_EVENT.match(name):
-                        batches.setdefault(name, []).append(start)
+                    if name == _BATCH_EVENT:
+                        batches.setdefault(f"{plane.name}/{line.name}", []).append(start)
                 elif name.startswith("Iterator::"):
                     stage = name.split("::")[-1].split("[")[0]
                     data_time[stage] = data_time.get(stage, 0.0) + (end - start)
@@ -300,13 +303,14 @@ def extract(xplane_path: str | os.PathLike) -> dict:
         "steps": inside(steps),
         "input": _merge(inside(inputs)),
         "compute": _merge(inside(compute)),
-        # One event per training step: shard 0 of a distributed iterator, else the iterator.
-        "batches": sorted(
-            round(t - zero)
-            for t in batches.get(
-                "GetNextFromShard0", batches.get("IteratorGetNextOp::DoCompute", [])
-            )
-            if first <= t <= last
+        # One event per training step: the busiest iterator's line (each replica's has as many).
+        "batches": max(
+            (
+                [round(t - zero) for t in sorted(times) if first <= t <= last]
+                for times in batches.values()
+            ),
+            key=len,
+            default=[],
         ),
         "op_time_us": _top(op_time),
         "data_time_us": _top(data_time),

@@ -151,6 +151,50 @@ def test_shares_are_measured_inside_the_steps_only():
         profiling.summarize({**extracted, "steps": []})
 
 
+def _write_xplane(path, lines: dict) -> Path:
+    """A host plane of ``lines``: {line name: [(event name, start us, end us), ...]}."""
+    space = profiling._xplane_proto().XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    ids: dict[str, int] = {}
+    for number, (line_name, events) in enumerate(lines.items()):
+        line = plane.lines.add(id=number, name=line_name, timestamp_ns=0)
+        for name, start, end in events:
+            if name not in ids:
+                ids[name] = len(ids) + 1
+                plane.event_metadata[ids[name]].id = ids[name]
+                plane.event_metadata[ids[name]].name = name
+            line.events.add(
+                metadata_id=ids[name], offset_ps=start * 10**6, duration_ps=(end - start) * 10**6
+            )
+    path.write_bytes(space.SerializeToString())
+    return path
+
+
+def test_batches_are_counted_where_each_replica_takes_one_not_where_the_pipeline_fetches_ahead(
+    tmp_path,
+):
+    pytest.importorskip("tensorflow")
+    take = "IteratorGetNextOp::DoCompute"
+    path = _write_xplane(
+        tmp_path / "two_replicas.xplane.pb",
+        {
+            "python": [(profiling.STEP_EVENT, 0, 100), (profiling.STEP_EVENT, 200, 300)],
+            # Each replica's iterator takes its batch inside the call, once per step.
+            "tf_data_iterator_get_next/1": [(take, 10, 40), (take, 210, 240)],
+            "tf_data_iterator_get_next/2": [(take, 12, 41), (take, 212, 241)],
+            # The distributed iterator's thread fetched the second step's batch after that step
+            # ended, as it did on a busy machine: no training step is lost or doubled for it.
+            "tf_data_multi_device_iterator_0": [
+                ("GetNextFromShard0", 50, 51),
+                ("GetNextFromShard0", 350, 351),
+            ],
+        },
+    )
+    extracted = profiling.extract(path)
+    assert extracted["batches"] == [10, 210]
+    assert profiling.summarize(extracted).batches_per_step == 1
+
+
 def test_merge_joins_overlaps_and_drops_empty_intervals():
     assert profiling._merge([[5, 9], [0, 3], [2, 4], [7, 7], [10, 12]]) == [
         [0, 4],
