@@ -15,19 +15,13 @@ import numpy as np
 __all__ = [
     "assign_to_logical_device",
     "auto_shard",
-    "float64_enum",
-    "has_xla_cpu_kernel",
-    "is_stateful_op",
     "omit_retracing_warning",
-    "py_function_callback",
     "replicate_to_logical_devices",
     "save_steps",
     "split_to_logical_devices",
-    "untuned_distributed_input",
     "validate_tpu_run_function",
     "write_checkpoint_state",
     "xla_op_sharding",
-    "xplane_proto",
 ]
 
 
@@ -141,101 +135,3 @@ def omit_retracing_warning(function) -> None:
     warns of retracing that is not happening; the switch is a private attribute of the function.
     """
     function._omit_frequent_tracing_warning = True
-
-
-def untuned_distributed_input(tf) -> bool:
-    """Run distributed iterators without tf.data's autotuning thread; True if it applies.
-
-    Measured with TF 2.21 on the simulated TPU: dropping a distributed iterator that had been read
-    for about 100 s took 42 to 111 s (at kernel shutdown, or when "Run all" runs again and a cell
-    rebinds ``iterator = iter(...)``). py-spy and gdb show the main thread in
-    ``RootDataset::Iterator::~Iterator`` waiting for the autotuning thread
-    (``Model::OptimizeLoop``), which sleeps out an optimisation period that doubles up to 60 s
-    as the iterator ages; a distributed iterator has one such thread on the host pipeline and one
-    per replica. With autotuning off on both, the same drop took 0.3 s. One CPU device
-    (``simulated_replicas=1``) stalled too: notebook 04_custom_training_loops's second "Run all" took 20 s instead of 11. TensorFlow has no public
-    switch for the per-replica pipelines it builds inside ``OwnedMultiDeviceIterator``, so this
-    wraps the two private places where they are made; it changes nothing if they are missing.
-    ``AUTOTUNE`` values still work without the tuner: parallel calls use the CPU core count.
-    """
-    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
-
-    per_device = getattr(mdi, "_create_device_dataset", None)
-    owned = getattr(mdi, "OwnedMultiDeviceIterator", None)
-    if per_device is None or owned is None:
-        return False
-    if getattr(per_device, "untuned", False):
-        return True
-    options = tf.data.Options()
-    options.autotune.enabled = False
-
-    def create_device_dataset(*args, **kwargs):
-        return per_device(*args, **kwargs).with_options(options)
-
-    create_device_dataset.untuned = True
-    mdi._create_device_dataset = create_device_dataset
-    init = owned.__init__
-
-    def owned_init(self, dataset=None, *args, **kwargs):
-        if dataset is not None:  # None when TensorFlow rebuilds the iterator from its components
-            dataset = dataset.with_options(options)
-        init(self, dataset, *args, **kwargs)
-
-    owned.__init__ = owned_init
-    return True
-
-
-# --- what the readiness check and the profile reader read from TensorFlow's registries -----------
-
-
-def py_function_callback(token: str):
-    """The Python callable a ``tf.py_function``/``PyFunc`` op with ``token`` calls back, or None.
-
-    ``script_ops._py_funcs`` is the private registry of those callbacks (readiness, 10): the graph
-    stores only the token, and the report names the function behind it.
-    """
-    from tensorflow.python.ops import script_ops
-
-    return script_ops._py_funcs.get(token)
-
-
-def is_stateful_op(op: str) -> bool:
-    """Whether TensorFlow registers ``op`` as stateful (an unknown op counts as stateful).
-
-    ``op_def_registry`` is not public; the readiness check (10) needs it to tell a random op with a
-    fixed seed from one that changes at every step.
-    """
-    from tensorflow.python.framework import op_def_registry
-
-    op_def = op_def_registry.get(op)
-    return op_def is None or op_def.is_stateful
-
-
-def has_xla_cpu_kernel(op: str) -> bool | None:
-    """Whether ``op`` has an XLA kernel (registered for ``XLA_CPU_JIT``); None if unknowable.
-
-    The kernel registry (``tensorflow.python.framework.kernels``) is private; the readiness check
-    (10) uses it to find ops an XLA-compiled TPU step cannot run.
-    """
-    try:
-        from tensorflow.python.framework import kernels
-    except ImportError:  # pragma: no cover - present in every TF 2 release
-        return None
-    registered = kernels.get_registered_kernels_for_op(op).kernel
-    return any(k.device_type == "XLA_CPU_JIT" for k in registered)
-
-
-def float64_enum() -> int:
-    """``DT_DOUBLE`` of TensorFlow's ``types.proto``: how a GraphDef's attributes name float64."""
-    from tensorflow.core.framework import types_pb2
-
-    return types_pb2.DT_DOUBLE
-
-
-def xplane_proto():
-    """The ``xplane_pb2`` module a profile's ``.xplane.pb`` is parsed with (profiling, 11)."""
-    try:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    except ImportError:  # older layouts of the TensorFlow wheel
-        from tsl.profiler.protobuf import xplane_pb2
-    return xplane_pb2

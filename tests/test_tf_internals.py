@@ -1,9 +1,9 @@
-"""helpers.tf_internals: the TensorFlow internals the helpers use, on this TensorFlow, and nowhere else."""
+"""helpers.tf_internals and tpucheck._tf: the TensorFlow internals each package uses, on this
+TensorFlow, and nowhere else in it."""
 
 from __future__ import annotations
 
 import ast
-import inspect
 import re
 from pathlib import Path
 
@@ -43,7 +43,9 @@ def test_the_three_annotations_are_what_tpustrategy_writes():
 # --- the one home --------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
-HOME = "helpers/tf_internals.py"
+# Each package's one home (tpucheck never imports helpers, so it has its own); tools use helpers'.
+HOMES = {"helpers": "helpers/tf_internals.py", "tools": "helpers/tf_internals.py"}
+HOMES["tpucheck"] = "tpucheck/_tf.py"
 PRIVATE = re.compile(r"^(?:tensorflow\.(?:python|core|compiler|tsl)|local_xla)(?:\.|$)")
 # Modules that still import TensorFlow internals themselves, each to move into tf_internals.py:
 # this list only shrinks (the test fails when a module on it no longer needs to be here). Empty:
@@ -81,16 +83,17 @@ def test_private_imports_are_found_however_they_are_written():
 
 def test_tensorflow_internals_are_imported_only_in_their_one_home():
     found = {}
-    for folder in ("helpers", "tools"):
+    for folder, home in HOMES.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
             name = str(path.relative_to(ROOT))
-            if name != HOME and (imports := private_imports(path.read_text(encoding="utf-8"))):
+            if name != home and (imports := private_imports(path.read_text(encoding="utf-8"))):
                 found[name] = imports
     moved = sorted(set(NOT_MOVED_YET) - set(found))
     assert moved == [], f"no longer import internals: take them off NOT_MOVED_YET: {moved}"
     elsewhere = {name: imports for name, imports in found.items() if name not in NOT_MOVED_YET}
-    assert elsewhere == {}, f"wrap these in {HOME}, with the reason, and call that instead"
-    assert private_imports((ROOT / HOME).read_text(encoding="utf-8"))  # the home is used
+    assert elsewhere == {}, f"wrap these in their package's home ({HOMES}), with the reason"
+    for home in set(HOMES.values()):  # each home is used
+        assert private_imports((ROOT / home).read_text(encoding="utf-8")), home
 
 
 def test_the_helpers_internals_work_on_this_tensorflow():
@@ -100,27 +103,3 @@ def test_the_helpers_internals_work_on_this_tensorflow():
     steps = tf_internals.save_steps()
     assert all(callable(getattr(module, name)) for module, name in steps.values())
     assert tf_internals.xla_op_sharding().REPLICATED != tf_internals.xla_op_sharding().MAXIMAL
-
-
-def test_the_registries_the_readiness_check_and_profile_reader_read_answer_here():
-    # Each stack's TensorFlow must still have them where tf_internals looks.
-    assert tf_internals.is_stateful_op("RandomUniform") and not tf_internals.is_stateful_op("AddV2")
-    assert tf_internals.is_stateful_op("NoSuchOpAnywhere")  # unknown ops count as stateful
-    # XLA registers its kernels when it first compiles something, as the checked step does.
-    tf.function(lambda x: tf.linalg.matmul(x, x), jit_compile=True)(tf.ones((2, 2)))
-    assert tf_internals.has_xla_cpu_kernel("MatMul") is True
-    assert tf_internals.has_xla_cpu_kernel("PyFunc") is False
-    assert tf_internals.float64_enum() == tf.float64.as_datatype_enum
-    assert hasattr(tf_internals.xplane_proto(), "XSpace")
-
-    def host_side(x):
-        return x
-
-    graph = (
-        tf.function(lambda x: tf.py_function(host_side, [x], tf.float32))
-        .get_concrete_function(tf.TensorSpec([], tf.float32))
-        .graph.as_graph_def()
-    )
-    tokens = [n.attr["token"].s.decode() for n in graph.node if n.op == "EagerPyFunc"]
-    callback = tf_internals.py_function_callback(tokens[0]) if tokens else None
-    assert inspect.unwrap(getattr(callback, "_func", callback)).__name__ == "host_side"

@@ -1,0 +1,86 @@
+"""tpucheck's one home of TensorFlow's internals, each with the reason the public API cannot serve.
+
+Private paths can move between TensorFlow releases; the tests run every function on each stack.
+"""
+
+from __future__ import annotations
+
+
+def py_function_callback(token: str):
+    """The Python callable a ``PyFunc`` op with ``token`` calls back, or None: the graph holds
+    only the token, ``script_ops._py_funcs`` the callable (the readiness check names it)."""
+    from tensorflow.python.ops import script_ops
+
+    return script_ops._py_funcs.get(token)
+
+
+def is_stateful_op(op: str) -> bool:
+    """Whether ``op`` is registered stateful (an unknown op counts as stateful): the readiness
+    check tells a random op with a fixed seed from one that changes (``op_def_registry``)."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op)
+    return op_def is None or op_def.is_stateful
+
+
+def has_xla_cpu_kernel(op: str) -> bool:
+    """Whether ``op`` has an XLA kernel (for ``XLA_CPU_JIT``): the ops an XLA-compiled TPU step
+    cannot run (the kernel registry is private)."""
+    from tensorflow.python.framework import kernels
+
+    registered = kernels.get_registered_kernels_for_op(op).kernel
+    return any(k.device_type == "XLA_CPU_JIT" for k in registered)
+
+
+def float64_enum() -> int:
+    """``DT_DOUBLE``: how a GraphDef's attributes name float64."""
+    from tensorflow.core.framework import types_pb2
+
+    return types_pb2.DT_DOUBLE
+
+
+def xplane_proto():
+    """The ``xplane_pb2`` module a profile's ``.xplane.pb`` is parsed with."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    except ImportError:  # older layouts of the TensorFlow wheel
+        from tsl.profiler.protobuf import xplane_pb2
+    return xplane_pb2
+
+
+def untuned_distributed_input(tf) -> bool:
+    """Run distributed iterators without tf.data's autotuning thread; True if it applies.
+
+    Dropping a distributed iterator waits for the autotuning threads (one on the host pipeline,
+    one per replica), which sleep out a period that doubles up to 60 s as the iterator ages:
+    42 to 111 s after 100 s of reading, measured with TF 2.21 on the simulated TPU, 0.3 s
+    without autotuning; the self-test's script runs took 46 to 148 s each instead of 7.5 s.
+    TensorFlow has no public switch for the per-replica pipelines of ``OwnedMultiDeviceIterator``,
+    so this wraps the two private places that make them (nothing if they are missing).
+    ``AUTOTUNE`` values still work: parallel calls then use the CPU core count.
+    """
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    per_device = getattr(mdi, "_create_device_dataset", None)
+    owned = getattr(mdi, "OwnedMultiDeviceIterator", None)
+    if per_device is None or owned is None:
+        return False
+    if getattr(per_device, "untuned", False):
+        return True
+    options = tf.data.Options()
+    options.autotune.enabled = False
+
+    def create_device_dataset(*args, **kwargs):
+        return per_device(*args, **kwargs).with_options(options)
+
+    create_device_dataset.untuned = True
+    mdi._create_device_dataset = create_device_dataset
+    init = owned.__init__
+
+    def owned_init(self, dataset=None, *args, **kwargs):
+        if dataset is not None:  # None when TensorFlow rebuilds the iterator from its components
+            dataset = dataset.with_options(options)
+        init(self, dataset, *args, **kwargs)
+
+    owned.__init__ = owned_init
+    return True
