@@ -20,8 +20,8 @@ import sync_notebooks as sync  # noqa: E402
 
 PARTS = script_parts.parts()
 EXPECTED = (
-    "imports", "connect", "fashion_mnist", "data", "text", "tfrecords", "pipeline", "model",
-    "step", "evaluation", "checkpoint", "fit", "simulation",
+    "imports", "connect", "data", "records", "pipeline", "model", "step", "evaluation",
+    "checkpoint", "fit", "main",
 )  # fmt: skip
 SCRIPT = """\
 import os
