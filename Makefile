@@ -1,8 +1,7 @@
 # The two commands a newcomer needs (see README.md):
 #   make run    set up .venv and execute every notebook headless, printing a summary
 #   make test   set up .venv and run lint, structure checks, unit tests and every notebook
-# Other targets: make env (only the environment), make smoke (the quick headless run), make bench (the performance report,
-# build/benchmark.md; make bench-quick for the reduced mode the tests run), make sync (regenerate
+# Other targets: make env (only the environment), make smoke (the quick headless run), make sync (regenerate
 # derived cells and the README table, strip outputs), make lab (JupyterLab), make check-routes
 # (resolve every install route against the package index with pip --dry-run; installs nothing),
 # make platforms (compare the routes with what Colab, Kaggle and the index publish),
@@ -11,24 +10,21 @@
 # make hardware PLATFORM=kaggle|colab|local (every lesson on a real TPU host; see CONTRIBUTING.md).
 #
 # STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
-#   main    this machine's python3 and the newest TensorFlow (requirements.txt): laptops, CI, Binder
-#   kaggle  Kaggle's TPU VM after its route (requirements-kaggle.txt)
-#   colab   Colab's TPU runtime after its route (requirements-colab.txt)
-# Each file's header (`make sync` writes it from helpers/routes.py) gives the Python and the
-# replicas, as many as the platform's TPU has cores; the notebooks run with that many.
-# e.g. `make test STACK=colab`; REPLICAS=N runs the notebooks with SIMULATED_REPLICAS=N. Each stack has its own virtual environment (.venv, .venv-kaggle,
-# .venv-colab); tools/find_python.py finds its interpreter or says how to install it.
+# tools/stacks.py names them (`python3 tools/stacks.py --names`), the default first, each with its
+# requirements file, whose header (`make sync` writes it from helpers/routes.py) says what it
+# stands in for and gives the Python and the replicas, as many as the platform's TPU has cores;
+# the notebooks run with that many. e.g. `make test STACK=colab`; REPLICAS=N runs the notebooks
+# with SIMULATED_REPLICAS=N. Each stack has its own virtual environment (.venv for the default,
+# .venv-STACK for the others); tools/find_python.py finds its interpreter or says how to install it.
 
-STACK ?= main
-ifeq ($(STACK),main)
-  REQUIREMENTS ?= requirements.txt
+STACKS := $(shell python3 tools/stacks.py --names)
+STACK ?= $(firstword $(STACKS))
+ifeq ($(filter $(STACK),$(STACKS)),)
+  $(error Unknown STACK=$(STACK); use one of: $(or $(STACKS),(python3 tools/stacks.py --names failed)))
+endif
+REQUIREMENTS ?= $(shell python3 tools/stacks.py --requirements $(STACK))
+ifeq ($(STACK),$(firstword $(STACKS)))
   VENV ?= .venv
-else ifeq ($(STACK),kaggle)
-  REQUIREMENTS ?= requirements-kaggle.txt
-else ifeq ($(STACK),colab)
-  REQUIREMENTS ?= requirements-colab.txt
-else
-  $(error Unknown STACK=$(STACK); use main, kaggle or colab)
 endif
 # Each stack's Python and replica count: its requirements file's header (written by make sync).
 STACK_PYTHON := $(shell sed -n 's/^\# python: \([0-9.]*\)$$/\1/p' $(REQUIREMENTS))
@@ -44,7 +40,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(notdir $(REQUIREMENTS))
 BOOK_READY := $(VENV)/.ready-requirements-book.txt
 NB ?=
-.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab bench bench-quick check-routes platforms selftest release clean book book-check hardware
+.PHONY: env run smoke test test-unit test-slow test-notebooks lint sync lab check-routes platforms selftest release clean book book-check hardware
 
 # run and smoke skip notebooks unchanged since they last passed (see tools/run_notebooks.py);
 # FORCE=1 re-executes them. Each environment and mode has its own folder (build/full,
@@ -123,7 +119,6 @@ lint: $(READY)
 	$(BIN)/ruff format --check .
 	$(BIN)/python tools/sync_notebooks.py --check
 	$(BIN)/python tools/check_references.py
-	$(BIN)/python tools/script_defaults.py  # no number restates the script's parser
 	$(BIN)/nbstripout --keep-id --verify notebooks/*.ipynb  # stored as `make sync` leaves them
 
 # Ruff's UP036 removes the code kept for a Python older than requires-python (pyproject.toml), so
@@ -132,13 +127,7 @@ sync: $(READY)
 	$(BIN)/nbstripout --keep-id notebooks/*.ipynb
 	$(BIN)/python tools/sync_notebooks.py
 	$(BIN)/ruff check --quiet --select UP036,F401,I001 --fix --unsafe-fixes .
-	$(BIN)/ruff format notebooks helpers tools tests
-
-bench: $(READY)
-	$(BIN)/python tools/benchmark.py
-
-bench-quick: $(READY)
-	$(BIN)/python tools/benchmark.py --quick
+	$(BIN)/ruff format notebooks helpers tpucheck tools tests
 
 # Jupyter refuses to run as root (Docker images, many cloud VMs) unless told it may.
 LAB_DIR ?= notebooks
@@ -167,7 +156,7 @@ platforms: $(READY)
 	$(BIN)/python tools/platforms.py $(if $(RECORDED),--recorded $(RECORDED))
 
 selftest: $(READY)
-	$(BIN)/python -m helpers.selftest --out build/self-test
+	$(BIN)/python -m tpucheck selftest --out build/self-test
 
 # The hardware lane (tools/hardware): every lesson and the self-test on a TPU host, and a record in
 # hardware/records/. PLATFORM=kaggle (needs a Kaggle token) or colab (a signed-in colab CLI);

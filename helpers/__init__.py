@@ -14,21 +14,27 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
   checkpoint and restore are the script's
 - ``multiworker``: several worker processes on one machine (09); ``pods``: a pod slice's hosts
   and the gcloud commands that launch the reference script on it (09)
-- ``readiness``: the TPU readiness check (10), run by every notebook on its own pipeline
-- ``profiling``: capture a profile and read it without TensorBoard: input waits, compute,
-  retracing, and a diagnosis (11)
 - ``jax_port``: the same training on Keras 3 with the JAX backend, never importing TensorFlow (12)
-- ``selftest``: the TPU self-test, ``python -m helpers.selftest``, with a shareable report (00)
 - ``models``, ``results``, ``expected_errors``: small shared pieces; one home each for every clock
-  (``timing``), every plot (``plots``) and the TPU's tile and chip facts (``tpu_facts``)
+  (``timing``) and every plot (``plots``)
 - ``tf_internals``: every TensorFlow internal the helpers use, each wrapped with the reason
   (04, 06, 07, 08)
+
+The TPU tools the lessons teach and every lesson runs on its own work are a package of their
+own, ``tpucheck`` (it never imports this one): the readiness check (10), the self-test (00), the
+profile reader (11), the table of failures users post (01), the TPU's facts and batch arithmetic.
 
 TensorFlow is imported lazily, so ``import helpers`` works even where TensorFlow is missing
 (a fresh Colab TPU runtime) and can then tell the user what to install.
 """
 
+from helpers import results as _results
 from helpers.strategy import connect, describe
+from tpucheck.readiness import report as _readiness
+
+# Each readiness check that passes counts itself in a headless run's results, so the tests of the
+# executed lessons see what ran (tests/test_executed_notebooks.py).
+_readiness.WHEN_CLEAN.append(lambda: _results.count("readiness_clean"))
 
 # Read by every notebook's setup cell before it uses anything else here: it confirms that
 # `import helpers` found this project's package, at the release the notebooks are written for,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from helpers import batches
+from tpucheck import batches
 
 __all__ = ["ImageData", "digits", "make_dataset"]
 

@@ -1,6 +1,6 @@
 """Keras ``compile``/``fit`` on a distribution strategy: the choices that depend on it (notebook 03_keras_compile_and_fit).
 
-- the global batch itself: :mod:`helpers.batches` (``plan_batch``);
+- the global batch itself: :mod:`tpucheck.batches` (``plan_batch``);
 - :func:`steps_per_execution_for`: how many steps ``fit`` may run per call on *this* strategy;
 - :func:`whole_executions`: a number of steps rounded down to whole calls (Keras rounds up);
 - :func:`single_device_evaluation`: the loss on one device, to prove that distribution did not
@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from helpers import timing
-from helpers._arguments import positive_int
+from tpucheck.batches import positive_int
 
 __all__ = [
     "cross_device_ops_name",
@@ -55,21 +55,6 @@ class StepsChoice(NamedTuple):
 
     value: int
     reason: str
-
-
-def strategy_kind(strategy) -> str:
-    """``"tpu"`` (any TPUStrategy), ``"mirrored"`` (MirroredStrategy) or ``"other"``.
-
-    The one test of a strategy's kind (``helpers.readiness`` imports it).
-    """
-    import tensorflow as tf
-
-    kinds = (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy)
-    if isinstance(strategy, kinds) or "TPUStrategy" in type(strategy).__name__:
-        return "tpu"
-    if isinstance(strategy, tf.distribute.MirroredStrategy):
-        return "mirrored"
-    return "other"
 
 
 def cross_device_ops_name(strategy) -> str | None:

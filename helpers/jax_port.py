@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from helpers import loops, runtime
-from helpers.batches import per_replica_batch
+from tpucheck.batches import per_replica_batch
 
 __all__ = [
     "check_device_equivalence",

@@ -14,7 +14,9 @@ a few lines:
 4. ``import train_tpu`` gives the collection's reference script, installed beside the helpers
    (:func:`use_collections_script`), even when the working directory holds a learner's edited
    copy (Colab's ``/content``): the lessons and the helpers are written against this release's;
-5. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
+5. without a TPU, the CPU becomes the simulated TPU (:func:`helpers.simulation.start`), and
+   Fashion-MNIST loads from Debian's package where it is installed;
+6. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
    simulation.
 
 Notebook 01_tpu_detection_and_connection introduces it; every lesson runs it.
@@ -30,7 +32,7 @@ import sys
 from pathlib import Path
 
 import helpers
-from helpers import jax_port, quiet, runtime, versions
+from helpers import jax_port, quiet, runtime, simulation, versions
 from helpers.strategy import SIMULATED_REPLICAS
 
 __all__ = ["ForeignHelpers", "ShadowedScript", "install_source", "start", "use_collections_script"]
@@ -145,6 +147,7 @@ def start(
     """
     version = _check_release(release)
     hints = runtime.tpu_hints()
+    simulation.offline_fashion_mnist()  # Debian's copy, where there is no internet
     if backend == "tensorflow":
         if not hints:
             # TensorFlow's oneDNN CPU allocator pools what it frees and never returns it, so a
@@ -154,14 +157,8 @@ def start(
             os.environ.setdefault(ONEDNN_SYSTEM_ALLOCATOR, "1")
         quiet.quiet_tensorflow()  # before TensorFlow's first import
         runtime.ensure_tensorflow()  # stops here, with the fix, if TF can't drive the TPU
-        if not hints:
-            # Whichever connect() a lesson uses (helpers' or the reference script's), dropping
-            # a distributed iterator must not stall for minutes (helpers.strategy says why).
-            import tensorflow as tf
-
-            from helpers.strategy import untuned_distributed_input
-
-            untuned_distributed_input(tf)
+        if not hints:  # the simulated TPU, whichever connect() a lesson uses
+            simulation.start()
         if note := use_collections_script():
             print(note)
         dist = versions.tensorflow_distribution()

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from helpers import tf_internals
-from helpers._arguments import positive_int
-from helpers.batches import per_replica_batch
+from tpucheck.batches import per_replica_batch, positive_int
 
 __all__ = [
     "build_optimizer",

@@ -45,8 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import batches, processes
-from helpers._arguments import positive_int
+from helpers import processes
+from tpucheck import batches
+from tpucheck.batches import positive_int
 
 # (notebook 09_scaling_out_to_pods calls it here)
 

@@ -34,10 +34,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers import tf_internals
-from helpers._arguments import positive_int
 
 # Measured here in notebook 06_input_pipelines, kept with every other clock in helpers.timing.
 from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
+from tpucheck.batches import positive_int
 
 __all__ = [
     "STAGES",

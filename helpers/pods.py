@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from helpers.tpu_facts import GENERATIONS, generation_of
+from tpucheck.tpu_facts import GENERATIONS, generation_of
 
 __all__ = [
     "SOURCES",

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from helpers import processes
-from helpers._arguments import positive_int
+from tpucheck.batches import positive_int
 
 __all__ = [
     "ProcessOutcome",

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from helpers import versions
+from tpucheck.host import TPU_ENV_HINTS
 
 __all__ = [
     "LOG_LEVEL_VARIABLE",
@@ -47,9 +48,6 @@ __all__ = [
 
 LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 TF_LOG_LEVEL = "2"  # C++ errors only; Python warnings are kept (helpers.quiet)
-
-# Environment variables that TPU hosts set (Kaggle sets ISTPUVM; Cloud TPU VMs the others).
-TPU_ENV_HINTS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
 
 # libtpu stays unloaded and no GPU is mapped: the parent keeps its accelerator (notebooks 08_checkpoints_and_preemption, 09_scaling_out_to_pods).
 CPU_ONLY = {"TPU_LOAD_LIBRARY": "0", "CUDA_VISIBLE_DEVICES": ""}

@@ -17,10 +17,10 @@ import atexit
 import logging
 import os
 import sys
-import tempfile
 import warnings
 
 from helpers import processes, runtime
+from tpucheck.profiling import captured_stderr as _captured_stderr
 
 __all__ = ["quiet_tensorflow"]
 
@@ -98,24 +98,3 @@ def _quiet_absl() -> None:
         return
     if absl_logging.get_verbosity() > absl_logging.WARNING:
         absl_logging.set_verbosity(absl_logging.WARNING)
-
-
-class _captured_stderr:
-    """Send file descriptor 2 (where C++ writes) to a temporary file for the ``with`` block."""
-
-    def __enter__(self):
-        sys.stderr.flush()
-        self._file = tempfile.TemporaryFile(mode="w+b")
-        self._saved = os.dup(2)
-        os.dup2(self._file.fileno(), 2)
-        self.text = ""
-        return self
-
-    def __exit__(self, *exc):
-        sys.stderr.flush()
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._file.seek(0)
-        self.text = self._file.read().decode("utf-8", "replace")
-        self._file.close()
-        return False

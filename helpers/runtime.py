@@ -1,8 +1,9 @@
 """Where is this notebook running, and can its TensorFlow drive the TPU it sees?
 
- Nothing here imports TensorFlow or touches the TensorFlow runtime:
-the checks read environment variables, device nodes and installed package metadata, so they
-are safe to run before ``connect()`` and on a runtime with no TensorFlow at all.
+Nothing here imports TensorFlow or touches the TensorFlow runtime: the checks read environment
+variables, device nodes and installed package metadata (the platform and the signs of TPU
+hardware come from :mod:`tpucheck.host`), so they are safe to run before ``connect()`` and on a
+runtime with no TensorFlow at all.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from helpers import failures, routes, versions
-from helpers.processes import TPU_ENV_HINTS
+from helpers import routes, versions
+from tpucheck import failures
+from tpucheck.host import COLAB_ENV, KAGGLE_ENV, TPU_ENV_HINTS, detect_platform, tpu_hints
 
 __all__ = [
+    "COLAB_ENV",
+    "KAGGLE_ENV",
+    "TPU_ENV_HINTS",
     "detect_platform",
     "ensure_tensorflow",
     "RestartRequired",
@@ -28,10 +31,6 @@ __all__ = [
     "unusable_tpu_message",
 ]
 
-# Environment variables by which a hosted notebook platform is recognised.
-COLAB_ENV = ("COLAB_RELEASE_TAG", "COLAB_GPU")
-KAGGLE_ENV = ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE")
-
 
 class TPUUnusableError(RuntimeError):
     """TPU hardware is present but this TensorFlow cannot use it. The message says the fix."""
@@ -39,40 +38,6 @@ class TPUUnusableError(RuntimeError):
 
 class RestartRequired(RuntimeError):
     """Packages were installed into the running kernel; it must restart to load them."""
-
-
-def detect_platform(env: Mapping[str, str] | None = None) -> str:
-    """Return ``"colab"``, ``"kaggle"``, ``"cloud-tpu-vm"``, ``"ci"`` or ``"local"`` (notebook 01_tpu_detection_and_connection).
-
-    Taught in notebooks 00, 01, 13.
-    """
-    env = os.environ if env is None else env
-    if any(name in env for name in COLAB_ENV) or "google.colab" in sys.modules:
-        return "colab"
-    if any(name in env for name in KAGGLE_ENV):
-        return "kaggle"
-    if any(name in env for name in ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")):
-        return "cloud-tpu-vm"
-    if env.get("CI", "").lower() in ("1", "true", "yes"):
-        return "ci"
-    return "local"
-
-
-def tpu_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
-    """List the signs of TPU hardware on this host, e.g. ``["ISTPUVM=1", "/dev/accel0"]``.
-
-    An empty list means no sign of a TPU. The device nodes (``/dev/accel*`` on v4 and older,
-    ``/dev/vfio/N`` on v5e and newer) are what the platforms document; they are unverified on
-    hardware by this project.
-    """
-    env = os.environ if env is None else env
-    hints = [f"{name}={env[name]}" for name in TPU_ENV_HINTS if env.get(name)]
-    dev = Path(dev)
-    hints += sorted(str(p) for p in dev.glob("accel*"))
-    vfio = dev / "vfio"
-    if vfio.is_dir():
-        hints += sorted(str(p) for p in vfio.iterdir() if p.name.isdigit())
-    return hints
 
 
 @dataclass(frozen=True)

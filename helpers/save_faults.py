@@ -12,8 +12,7 @@ and 2.21); a preemption can land in any of them:
 
 :func:`interrupt_save` calls your ``action`` at the start of one phase (for ``merge``: after the
 files are in place, before ``ckpt-N_temp/`` is deleted; for ``sweep``: right after the first
-``.index`` is deleted). In a separate process the action is a SIGKILL (``helpers._programs.preemptible
---crash-in PHASE``); in a notebook it raises, which leaves the same files behind. It wraps
+``.index`` is deleted). In a separate process the action is a SIGKILL (:func:`kill_at_save`); in a notebook it raises, which leaves the same files behind. It wraps
 private TensorFlow functions: a demonstration and test tool, never for production saves.
 """
 
@@ -27,7 +26,7 @@ from collections.abc import Callable
 
 from helpers import tf_internals
 
-__all__ = ["PHASES", "crash", "interrupt_save", "kill_script", "SaveInterrupted"]
+__all__ = ["PHASES", "crash", "interrupt_save", "kill_at_save", "SaveInterrupted"]
 
 PHASES = ("shards", "merge", "commit", "rename", "sweep", "restate")
 
@@ -113,54 +112,26 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def kill_script(
-    argv: list[str], kill_at: int | None = None, phase: str = "before", cpu: bool = True
-):
-    """Run the reference script ``train_tpu.main(argv)``, SIGKILLed at the save of step ``kill_at``.
+def kill_at_save(step: int, phase: str = "before") -> None:
+    """SIGKILL this process at the checkpoint save of ``step`` (``tf.train.CheckpointManager.save``
+    with ``checkpoint_number=step``, as the reference script saves): ``"before"`` it (the steps
+    since the previous save are lost) or inside it, in one of :data:`PHASES`.
 
-    ``phase`` is one of :data:`PHASES` (killed inside that save) or ``"before"`` (killed just
-    before it: the steps since the previous save are lost); ``kill_at=None`` kills nothing. With
-    ``cpu`` the script ignores any TPU of this host and runs on the simulated TPU: a notebook's
-    kernel holds the TPU, and a second process cannot share it. From a shell:
-    ``python -m helpers.save_faults [--kill-at K --phase P] -- ARGS`` (notebook 08_checkpoints_and_preemption and
-    tests/test_train_tpu.py start it so); where nothing is killed, that is ``python -m train_tpu ARGS``.
+    ``python -m helpers.simulation --kill-at STEP --phase PHASE train_tpu.py ARGS`` runs the script
+    so (notebook 08_checkpoints_and_preemption, tests/test_train_tpu.py): the script is unchanged.
     """
     import tensorflow as tf
 
-    import train_tpu
-
     if phase != "before" and phase not in PHASES:
         raise ValueError(f"phase must be 'before' or one of {PHASES}, got {phase!r}")
-    save = tf.train.CheckpointManager.save  # the script saves with manager.save(checkpoint_number=)
+    save = tf.train.CheckpointManager.save
 
     def killing_save(manager, checkpoint_number=None, **more):
-        if checkpoint_number == kill_at and phase == "before":
+        if checkpoint_number == step and phase == "before":
             sigkill()
-        if checkpoint_number == kill_at:
+        if checkpoint_number == step:
             with interrupt_save(phase, sigkill):
                 return save(manager, checkpoint_number, **more)
         return save(manager, checkpoint_number, **more)
 
-    tf.train.CheckpointManager.save = killing_save  # this process only: the script is unchanged
-    if cpu:
-        train_tpu.tpu_signs = list  # no sign of a TPU: connect() builds the simulated one
-    return train_tpu.main(argv)
-
-
-if __name__ == "__main__":
-    import argparse
-    import sys
-
-    import train_tpu
-
-    parser = argparse.ArgumentParser(prog="python -m helpers.save_faults")
-    parser.add_argument("--kill-at", type=int, help="the step whose save is killed")
-    parser.add_argument("--phase", default="before", help="'before', or a phase of the save")
-    parser.add_argument("args", nargs="*", help="train_tpu's arguments, after --")
-    options = parser.parse_args()
-    try:
-        status = kill_script(options.args, options.kill_at, options.phase)
-    except train_tpu.UsageError as err:  # its one sentence, as the script prints it
-        print(f"train_tpu: {err}", file=sys.stderr)
-        status = 2
-    train_tpu.leave(status)  # as the script ends: at once on the simulated TPU
+    tf.train.CheckpointManager.save = killing_save

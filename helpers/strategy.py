@@ -5,8 +5,8 @@ shown by notebook 01_tpu_detection_and_connection): a TPU when its signs are the
 host), several GPUs, or on a CPU a *simulated TPU* of ``SIMULATED_REPLICAS`` logical CPU
 devices. This module adds what a helper needs around it: the replica count is checked, asking
 for another count once TensorFlow has started is a clear error, distributed iterators run
-untuned on a CPU (``tf_internals.untuned_distributed_input``), and :func:`describe` prints what
-was chosen.
+untuned on a CPU and an eager reduce behaves as on a TPU (:mod:`helpers.simulation`), and
+:func:`describe` prints what was chosen.
 
 ``train_tpu`` is imported inside the functions: importing it sets ``KERAS_BACKEND=tensorflow``,
 and lesson 12_keras3_on_jax runs Keras on JAX in a process that imports ``helpers``.
@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass, field
 
 from helpers import runtime, versions
-from helpers.tf_internals import untuned_distributed_input
 
 __all__ = [
     "SIMULATED_REPLICAS",
@@ -27,7 +26,6 @@ __all__ = [
     "describe",
     "StrategyError",
     "StrategyInfo",
-    "untuned_distributed_input",
 ]
 
 SIMULATED_TPU = "simulated TPU"
@@ -35,6 +33,9 @@ SIMULATED_TPU = "simulated TPU"
 # single-host TPUs the lessons are written for (a v5e-8, a v3-8). The one place this number is
 # written: lessons' parameters cells, the self-test, the benchmark and the stacks read it.
 SIMULATED_REPLICAS = 8
+
+
+_CONNECTED: list = []  # the strategy connect() returned last, for describe()
 
 
 class StrategyError(RuntimeError):
@@ -55,15 +56,19 @@ def connect(simulated_replicas: int = SIMULATED_REPLICAS):
             f"simulated_replicas must be at least 1, got {simulated_replicas}; "
             "use 8 to simulate one TPU v5e-8 or v3-8 host."
         )
-    import tensorflow as tf
 
     import train_tpu
 
+    if not train_tpu.tpu_signs():
+        from helpers import simulation  # here: python -m helpers.simulation imports helpers first
+
+        simulation.start()  # before the strategy: its reduce and its iterators as on a TPU
     try:
         strategy = train_tpu.connect(simulated_replicas)  # the one made before, if any
     except train_tpu.UsageError as err:  # one sentence that says what to do
         unusable = runtime.TPUUnusableError if train_tpu.tpu_signs() else StrategyError
         raise unusable(str(err)) from None
+    _CONNECTED[:] = [strategy]
     devices = strategy.extended.worker_devices
     on_cpu = all("CPU" in d.upper().rpartition("/device:")[2] for d in devices)
     if on_cpu and strategy.num_replicas_in_sync != simulated_replicas:
@@ -72,8 +77,6 @@ def connect(simulated_replicas: int = SIMULATED_REPLICAS):
             "replica(s), and TensorFlow cannot change its devices once it has started. Restart "
             "the kernel to use other settings."
         )
-    if not isinstance(strategy, tf.distribute.TPUStrategy):
-        untuned_distributed_input(tf)  # dropping an iterator must not stall for minutes
     return strategy
 
 
@@ -133,9 +136,7 @@ def describe(strategy=None) -> StrategyInfo:
     import tensorflow as tf
 
     if strategy is None:
-        import train_tpu
-
-        strategy = train_tpu.connected()
+        strategy = _CONNECTED[0] if _CONNECTED else None
         if strategy is None:
             raise StrategyError("connect() has not been called in this kernel yet")
     dist = versions.tensorflow_distribution()

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from helpers._arguments import positive_int
+from tpucheck.batches import positive_int
 
 __all__ = [
     "compare",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helpers import plots, tf_internals
-from helpers.tpu_facts import GENERATIONS
+from tpucheck.tpu_facts import GENERATIONS
 
 __all__ = [
     "assignment_grid",
@@ -131,7 +131,7 @@ _LAYOUT_SOURCES = {
         "block, and the order of the hosts: unverified on hardware"
     ),
 }
-# name: (chip grid, chips per host); cores and memory per chip come from helpers.tpu_facts.
+# name: (chip grid, chips per host); cores and memory per chip come from tpucheck.tpu_facts.
 _GRIDS = {
     "v5e-1": ((1, 1, 1), (1, 1, 1)),
     "v5e-8": ((2, 4, 1), (2, 4, 1)),

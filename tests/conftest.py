@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import processes, runtime
+from helpers import processes, runtime, simulation
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # No test process, nor any process it starts, may load libtpu: on a host without a TPU it queries
 # the cloud metadata service. TensorFlow imported in the test workers themselves sees this too.
 os.environ.update(processes.CPU_ONLY)
+simulation.offline_fashion_mnist()  # Keras loads Debian's copy: these machines have no internet
 
 # A laptop's environment: no TPU hints, no hosted platform, not CI (None removes a variable).
 NO_TPU = {
@@ -36,7 +37,8 @@ SPREAD_MODULES = {
     "test_preemption": ("test_custom_loop_killed_",),  # both compare with `uninterrupted`
     "test_strategy": (),
     "test_fitting": (),
-    "test_train_tpu": ("test_the_custom_loop_", "test_killed_"),  # both use `reference`
+    # The very small run's two tests share it; the slow ones share `reference`.
+    "test_train_tpu": ("test_a_very_small_run_", "test_the_custom_loop_", "test_killed_"),
 }
 
 
@@ -112,23 +114,55 @@ def _run_python(code: str, env: dict | None = None, timeout: float = 300, check:
 _TPU_HINTS = ("ISTPUVM", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "CI")
 
 
-def _run_script(args, cwd, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    """Run the reference script (pyproject's script setting) as a learner does, in ``cwd``,
-    with the repository's helpers and ``env`` added; return the CompletedProcess."""
+def _script_command(args, script=None, **env: str) -> tuple[list[str], dict]:
+    """(command, environment) that run the reference script (pyproject's script setting; or
+    ``script``, an example's path) on the simulated TPU, as ``python -m helpers.simulation SCRIPT
+    ARGS`` runs it, with ``env`` added. Put ``--kill-at STEP [--phase P] --`` first in ``args``
+    to kill it at a save."""
     sys.path.insert(0, str(ROOT / "tools"))
     from script_parts import SCRIPT
 
+    kill = list(args[: args.index("--") + 1]) if "--" in args else []
+    args = list(args[len(kill) :])
     child_env = {k: v for k, v in os.environ.items() if k not in _TPU_HINTS}
     child_env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", **env)
+    command = [sys.executable, "-m", "helpers.simulation", *kill[:-1], str(script or SCRIPT)]
+    return [*command, *args], child_env
+
+
+def _run_script(args, cwd, timeout: float = 600, script=None, **env: str):
+    """Run :func:`_script_command`'s command in ``cwd``; return the CompletedProcess."""
+    command, child_env = _script_command(args, script, **env)
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        command, cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _done_accuracy(stdout: str) -> float:
     """The test accuracy of the script's final ``done:`` line."""
-    return float(re.search(r"^done: .* test accuracy ([0-9.]+) on all", stdout, re.M).group(1))
+    return float(re.search(r"^done: .* test accuracy ([0-9.]+) on ", stdout, re.M).group(1))
+
+
+def _done_baseline(stdout: str) -> float:
+    """The ``done:`` line's accuracy of always answering the commonest class."""
+    return float(re.search(r"^done: .*\(the commonest class alone: ([0-9.]+)\)", stdout, re.M)[1])
+
+
+def fashion_mnist_slice(train: int, test: int):
+    """``train_tpu.FashionMNIST`` cut to its first ``train`` training images (each in the split
+    the script gives it: a tenth validates) and its first ``test`` test images: a data set of the
+    script's own kind, small enough for a run of seconds."""
+    import train_tpu
+
+    class FashionMNISTSlice(train_tpu.FashionMNIST):
+        def examples(self):
+            first = {"train": train, "test": test}
+            for name, split, item in super().examples():
+                part, number = name.split("/")
+                if int(number) < first[part]:
+                    yield name, split, item
+
+    return FashionMNISTSlice()
 
 
 @pytest.fixture

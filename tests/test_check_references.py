@@ -109,3 +109,10 @@ def test_the_check_fails_on_a_copy_of_the_repository_with_a_broken_link(tmp_path
     assert (
         done.returncode == 1 and _("book@index.md: the link gone.md: no such file") in done.stdout
     )
+
+
+def test_tpucheck_names_are_checked_like_helpers_names():
+    package = "tpucheck"  # typed apart: this file names no such module
+    found = refs.stale_references({"a.md": f"{package}.nowhere and {package}/x.py"})
+    assert f"a.md: {package}.nowhere does not exist" in found
+    assert f"a.md: {package}/x.py does not exist" in found

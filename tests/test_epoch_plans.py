@@ -35,7 +35,14 @@ SHARE = 0.99  # of each pass's whole batches, trained every epoch
 
 @pytest.fixture(scope="module")
 def train_images():
-    return len(train_tpu.load_fashion_mnist()[0][1])
+    """Fashion-MNIST's training images, as Keras loads them (a lesson's x_train)."""
+    return len(train_tpu.keras.datasets.fashion_mnist.load_data()[0][1])
+
+
+@pytest.fixture(scope="module")
+def script_train_examples():
+    """The images the script trains on: its train split (a tenth of them validate)."""
+    return sum(split == "train" for _, split, _ in train_tpu.FashionMNIST().examples())
 
 
 def _tpu(replicas):
@@ -121,9 +128,10 @@ def test_lesson_keras_compile_and_fit_trains_every_pass_on_a_tpu(tpu, train_imag
 
 
 @pytest.mark.parametrize("tpu", TPUS)
-def test_script_fit_trains_every_pass_on_a_tpu(tpu, train_images):
+def test_script_fit_trains_every_pass_on_a_tpu(tpu, script_train_examples):
     args = train_tpu.parse_args(["--fit"])
-    batches = (args.train_examples or train_images) // (args.per_replica_batch * TPUS[tpu])
+    examples = args.train_examples or script_train_examples
+    batches = examples // (args.per_replica_batch * TPUS[tpu])
     wanted = train_tpu.fit_steps_per_execution(_tpu(TPUS[tpu]), args.steps_per_call)
     per_call, steps = train_tpu.epoch_plan(batches, wanted)
     assert steps / batches >= SHARE, f"{tpu}: {steps} of {batches} batches per pass"
@@ -131,15 +139,30 @@ def test_script_fit_trains_every_pass_on_a_tpu(tpu, train_images):
 
 
 def test_script_fit_takes_its_plan_from_epoch_plan():
-    main = next(
+    plan = next(
         node
         for node in ast.parse(Path(train_tpu.__file__).read_text(encoding="utf-8")).body
-        if isinstance(node, ast.FunctionDef) and node.name == "main"
+        if isinstance(node, ast.FunctionDef) and node.name == "plan"
     )
     called = {
-        n.func.id for n in ast.walk(main) if isinstance(n, ast.Call) and hasattr(n.func, "id")
+        n.func.id for n in ast.walk(plan) if isinstance(n, ast.Call) and hasattr(n.func, "id")
     }
-    assert "epoch_plan" in called
+    assert {"epoch_plan", "fit_steps_per_execution"} <= called
+
+
+@pytest.mark.parametrize("tpu", TPUS)
+@pytest.mark.parametrize("fit", [False, True], ids=["custom_loop", "fit"])
+def test_the_scripts_plan_on_a_tpu_is_the_one_computed_here(tpu, fit, script_train_examples):
+    """plan() (the run's batch and steps, from info.json's counts) on a TPU: --fit takes
+    epoch_plan's calls, the custom loop every whole batch in calls of --steps-per-call."""
+    args = train_tpu.parse_args(["--fit"] * fit)
+    info = {"classes": {"train": [script_train_examples], "test": [10_000]}}
+    run = train_tpu.plan(args, _tpu(TPUS[tpu]), info)
+    assert run.global_batch == args.per_replica_batch * TPUS[tpu]
+    batches = script_train_examples // run.global_batch
+    wanted = train_tpu.fit_steps_per_execution(_tpu(TPUS[tpu]), args.steps_per_call)
+    plan = train_tpu.epoch_plan(batches, wanted) if fit else (args.steps_per_call, batches)
+    assert (run.per_call, run.steps) == plan
 
 
 @pytest.mark.parametrize("tpu", TPUS)

@@ -84,6 +84,7 @@ def test_headline_is_filled_from_the_numbers_the_run_recorded(path, summary):
 
 # Lessons with no input pipeline or model of their own, so nothing for the readiness check.
 NO_READINESS_CHECK = {
+    "tpu_self_test": "the self-test runs the script's pipeline; its input_pipeline check sees the batches",
     "model_parallelism": "topologies, and two layers split over devices by hand: no input pipeline",
     "keras3_on_jax": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
 }

@@ -156,7 +156,7 @@ def test_the_quick_driver_runs_the_route_lesson_01_the_self_test_and_the_script_
     lessons, selftest = ran[0], ran[1]
     # lesson 01_tpu_detection_and_connection, in full
     assert "--only=tpu_detection_and_connection" in lessons and "--smoke" not in lessons
-    assert "helpers.selftest" in selftest and "--smoke" not in selftest
+    assert selftest[1:4] == ["-m", "tpucheck", "selftest"] and "--smoke" not in selftest
     record = json.loads((tmp_path / "record.json").read_text())
     assert record["mode"] == "quick" and records.problems(record) == []
     steps = {s["step"]: s for s in record["steps"]}

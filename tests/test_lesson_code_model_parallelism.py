@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from helpers import topology as T
-from helpers.tpu_facts import GENERATIONS
+from tpucheck.tpu_facts import GENERATIONS
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "07_model_parallelism.ipynb"
 TOPOLOGY_CELL = "f0008d9e"  # the v3-8 topology written by hand

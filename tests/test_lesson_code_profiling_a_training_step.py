@@ -1,5 +1,5 @@
 """Notebook 11_profiling_a_training_step captures its first profile with plain ``tf.profiler.experimental`` calls (cell
-``53dc0bba``); the later runs use ``helpers.profiling.profile_calls``, which it says packages the
+``53dc0bba``); the later runs use ``tpucheck.profiling.profile_calls``, which it says packages the
 same lines. This runs the lesson's cell as stored and the helper on the same kind of calls, in one
 child process, and requires the same reading of both profiles: every call marked as one step,
 one training step per call, nothing traced inside the profile.
@@ -20,7 +20,7 @@ PROFILE_CELL = "53dc0bba"
 SCRIPT = """
 import glob, json, os, tempfile
 import tensorflow as tf
-from helpers import profiling
+from tpucheck import profiling
 
 profile_dir = tempfile.mkdtemp(prefix="profiles-")
 PROFILED_CALLS = 4

@@ -85,14 +85,6 @@ def test_convert_writes_bare_mentions_by_name_once():
     assert lessons.convert({**files, **converted}, NUMBERS) == {}  # idempotent
 
 
-def test_a_manifest_keyed_by_number_is_rekeyed_in_its_order():
-    old = "# head\n\n[notebooks.01_b]\nx = 1\n\n[notebooks.00_a]\ny = 2\n\n[notebooks.01_b.smoke]\nZ = 3\n"
-    assert lessons.rekeyed_manifest(old) == (
-        "# head\n\n[notebooks.a]\ny = 2\n\n[notebooks.b]\nx = 1\n\n[notebooks.b.smoke]\nZ = 3\n"
-    )
-    assert lessons.rekeyed_manifest(lessons.rekeyed_manifest(old)) == lessons.rekeyed_manifest(old)
-
-
 @pytest.mark.slow
 def test_inserting_a_lesson_is_one_manifest_entry_and_the_notebook(tmp_path):
     from test_one_home import _copy, _recipe
@@ -155,34 +147,55 @@ def test_inserting_a_lesson_is_one_manifest_entry_and_the_notebook(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:]
 
 
-def test_a_comment_made_too_long_moves_above_its_statement_not_into_a_split():
-    code = (
-        "import train_tpu  # the script" + " " * 80 + f"({WORD} 01)\n"
-        "strategy = connect(REPLICAS)  # the script's connect part, as the connection lesson of"
-        f" this collection shows ({WORD} 01)\n"
-        "x = 1  # short\n"
-    )
-    converted = lessons.convert({_("~@x.py"): code}, NUMBERS)[_("~@x.py")]
-    assert converted.splitlines() == [
-        "import train_tpu  # the script" + " " * 80 + f"({WORD} 01_second)",  # ruff leaves it
-        "# the script's connect part, as the connection lesson of this collection shows"
-        f" ({WORD} 01_second)",
-        "strategy = connect(REPLICAS)",
-        "x = 1  # short",
-    ]
+def test_convert_leaves_a_link_to_a_renamed_lesson_whole():
+    # A link whose target still bears a lesson's old name is a link, not a bare mention: convert
+    # once wrapped its text in a second link ("[[lesson 01](01_old.ipynb)](01_second.ipynb)").
+    text = f"See [lesson 01](01_old.ipynb) and [{WORD} 01 · Old](..@notebooks@01_old.ipynb)."
+    files = {"README.md": _(text), _("notebooks@00_first.ipynb"): _notebook(_(text), "x = 1")}
+    assert lessons.convert(files, NUMBERS) == {}
+    assert lessons.bare_mentions(files, NUMBERS) == []
 
 
-def test_a_pragma_stays_on_its_line_when_the_words_after_it_move_up():
-    # Moving "# noqa: F401" away from its import would let ruff's fix delete the import.
-    code = (
-        "from a import b as c  # noqa: F401  ("
-        + WORD
-        + " 01 calls it here, see"
-        + " x" * 30
-        + ")\n"
-    )
-    converted = lessons.convert({_("~@x.py"): code}, NUMBERS)[_("~@x.py")]
-    assert converted.splitlines() == [
-        "# (" + WORD + " 01_second calls it here, see" + " x" * 30 + ")",
-        "from a import b as c  # noqa: F401",
+def test_a_lesson_renamed_in_the_manifest_keeps_its_notebook_and_its_references(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for name in ("00_first", "01_old", "02_third"):
+        (notebooks / f"{name}.ipynb").write_text("{}")
+    renamed = {"old": "second"}
+    assert lessons.renamed(tmp_path, NUMBERS) == renamed
+    assert lessons.renames(tmp_path, NUMBERS, renamed) == [
+        (notebooks / "01_old.ipynb", notebooks / "01_second.ipynb")
     ]
+    text = f"[{WORD} 01](01_old.ipynb), {WORD} 01_old; 01_older stays"
+    assert lessons.renumbered({"a.md": text}, NUMBERS, renamed) == {
+        "a.md": f"[{WORD} 01](01_second.ipynb), {WORD} 01_second; 01_older stays"
+    }
+    # A new notebook beside an entry without one is not a rename: its number is not the entry's.
+    (notebooks / "01_old.ipynb").rename(notebooks / "03_new.ipynb")
+    assert lessons.renamed(tmp_path, NUMBERS) == {}
+
+
+@pytest.mark.slow
+def test_renaming_a_lesson_is_its_entry_name_and_make_sync(tmp_path):
+    from test_one_home import _copy, _recipe
+
+    copy = _copy(tmp_path)
+    manifest = copy / "notebooks" / "manifest.toml"
+    number = lessons.numbering(manifest)["input_pipelines"]
+    text = manifest.read_text(encoding="utf-8")
+    manifest.write_text(text.replace("[notebooks.input_pipelines", "[notebooks.feeding_the_tpu"))
+    for command in _recipe("sync"):  # its return code: the lint below, once the lessons pass
+        subprocess.run(command, shell=True, cwd=copy, capture_output=True, text=True)
+
+    assert (copy / "notebooks" / f"{number}_feeding_the_tpu.ipynb").exists()
+    assert not list((copy / "notebooks").glob("*input_pipelines*"))
+    assert "[notebooks.input_pipelines]" not in manifest.read_text(encoding="utf-8")
+    texts = lessons.texts(copy)
+    assert not [file for file, text in texts.items() if f"{number}_input_pipelines" in text]
+    assert any(f"]({number}_feeding_the_tpu.ipynb)" in text for text in texts.values())
+    # The lint hint, run after the rename, leaves every link to the lesson as it is.
+    linking = {file for file, text in texts.items() if "_feeding_the_tpu.ipynb" in text}
+    convert = [sys.executable, "tools/lessons.py", "--convert"]
+    subprocess.run(convert, cwd=copy, capture_output=True, text=True, check=True)
+    after = lessons.texts(copy)
+    assert linking and all(after[file] == texts[file] for file in linking)

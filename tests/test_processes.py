@@ -129,3 +129,10 @@ def test_a_child_started_with_sigint_ignored_gets_ctrl_c_back(tmp_path):
         child.kill()
         child.wait()
     assert os.path.exists(ready)
+
+
+def test_the_log_policy_reads_the_tensorflow_build_tpucheck_names():
+    from tpucheck import host
+
+    found = host.tensorflow_distribution()
+    assert processes.tensorflow_version() == (found[1] if found else "")

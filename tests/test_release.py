@@ -43,7 +43,7 @@ def test_the_version_agrees_everywhere():
 
 
 def test_set_version_rewrites_every_place(tmp_path):
-    for path in ("pyproject.toml", "helpers/__init__.py", *release.INSTALL_LINES):
+    for path in ("pyproject.toml", "helpers/__init__.py", "CHANGELOG.md", *release.INSTALL_LINES):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / path, tmp_path / path)
     old = release.set_version("12.3.45", tmp_path)
@@ -53,6 +53,8 @@ def test_set_version_rewrites_every_place(tmp_path):
     assert '__version__ = "12.3.45"' in (tmp_path / "helpers/__init__.py").read_text()
     for path in release.INSTALL_LINES:
         assert _tags_in((tmp_path / path).read_text()) == {"12.3.45"}, path
+    changelog = (tmp_path / "CHANGELOG.md").read_text()
+    assert re.search(r"^## \[Unreleased\]\n\n## \[12\.3\.45\] - \d{4}-\d\d-\d\d\n", changelog, re.M)
     readme = (tmp_path / "README.md").read_text()
     assert "not published yet" in readme  # the release tool never claims a push
     # The notebooks' setup cells follow the setting.

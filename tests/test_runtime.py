@@ -1,12 +1,14 @@
-"""helpers.runtime: platform detection, TPU hints, and the no-silent-fallback check."""
+"""helpers.runtime: the no-silent-fallback check (the platform and the TPU hints it reads are
+tpucheck.host's: tests/test_tpucheck_host.py)."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
 
 import pytest
 
-from helpers import routes, runtime
+from helpers import routes, runtime, versions
 
 
 @pytest.fixture(autouse=True)
@@ -14,33 +16,6 @@ def python_312(monkeypatch, tmp_path):
     """These tests read like a Kaggle user's Python; test_routes covers every other Python."""
     monkeypatch.setattr(routes, "python_version", lambda version_info=None: "3.12")
     monkeypatch.setattr(routes, "_record_path", lambda: tmp_path / "route.json")
-
-
-@pytest.mark.parametrize(
-    ("env", "expected"),
-    [
-        ({"COLAB_RELEASE_TAG": "release-colab_20261101"}, "colab"),
-        ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive", "ISTPUVM": "1"}, "kaggle"),
-        ({"TPU_ACCELERATOR_TYPE": "v5litepod-8"}, "cloud-tpu-vm"),
-        ({"CI": "true"}, "ci"),
-        ({}, "local"),
-    ],
-)
-def test_detect_platform(env, expected):
-    assert runtime.detect_platform(env) == expected
-
-
-def test_tpu_hints_from_env_and_device_nodes(tmp_path):
-    (tmp_path / "accel0").touch()
-    (tmp_path / "vfio").mkdir()
-    (tmp_path / "vfio" / "0").touch()
-    (tmp_path / "vfio" / "vfio").touch()  # the control node, not a device
-    hints = runtime.tpu_hints({"ISTPUVM": "1", "TPU_NAME": ""}, dev=tmp_path)
-    assert hints == ["ISTPUVM=1", str(tmp_path / "accel0"), str(tmp_path / "vfio" / "0")]
-
-
-def test_no_tpu_hints_on_a_plain_machine(tmp_path):
-    assert runtime.tpu_hints({}, dev=tmp_path) == []
 
 
 def _fake_packages(monkeypatch, installed: dict[str, str]):
@@ -128,3 +103,25 @@ def test_usable_tpu_build_passes(no_tpu_env, monkeypatch):
     monkeypatch.setattr(runtime, "tpu_hints", lambda: ["ISTPUVM=1"])
     _fake_packages(monkeypatch, {"tensorflow-tpu": "2.19.1", "libtpu": "0.0.10"})
     assert runtime.ensure_tensorflow().usable is True
+
+
+def test_a_route_install_that_fails_says_which_failure_it_was(monkeypatch, capsys):
+    posted = (  # googlecolab/colabtools#5209
+        "ERROR: Cannot install tensorflow-tpu==2.16.1 and tensorflow-tpu==2.18.0 because these "
+        "package versions have conflicting dependencies.\n\nThe conflict is caused by:\n"
+        "    tensorflow-tpu 2.18.0 depends on libtpu==2.18.0\n"
+    )
+    done = subprocess.CompletedProcess([], 1, stdout=posted + "\n")
+    monkeypatch.setattr(runtime.subprocess, "run", lambda *a, **k: done)
+    monkeypatch.setattr(runtime, "tpu_hints", lambda: ["ISTPUVM=1"])
+    with pytest.raises(runtime.TPUUnusableError) as err:
+        runtime._pip("pip install tensorflow-tpu==2.18.0")
+    assert "the conflict: libtpu==2.18.0" in str(err.value)
+    assert "depends on libtpu==2.18.0" in capsys.readouterr().out  # pip's own words shown
+
+
+def test_the_setup_stops_on_a_keras_with_the_multi_replica_bugs(no_tpu_env, monkeypatch):
+    installed = {"tensorflow": "2.19.0", "keras": "3.9.2"}
+    monkeypatch.setattr(versions, "installed", lambda *names: installed.get(names[0]))
+    with pytest.raises(RuntimeError, match="keras-team/keras#21061"):
+        runtime.ensure_tensorflow()

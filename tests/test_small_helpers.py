@@ -53,7 +53,7 @@ def test_count_adds_silently_to_the_results_file(monkeypatch, tmp_path, capsys):
 
 
 def test_readiness_counts_only_clean_reports(monkeypatch, tmp_path):
-    from helpers.readiness import Finding, NotReady, Report
+    from tpucheck.readiness import Finding, NotReady, Report
 
     path = tmp_path / "03.json"
     monkeypatch.setenv(results.RESULTS_ENV, str(path))

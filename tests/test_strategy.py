@@ -56,16 +56,19 @@ def test_simulated_tpu_rerun_and_a_clear_error_for_other_settings_all_quietly(ru
         assert s.num_replicas_in_sync == 8 and len(info.devices) == 8
         assert isinstance(s, tf.distribute.MirroredStrategy)
         assert tf.__version__ in info.tensorflow
-        # Distributed iterators run untuned, so dropping an old one does not stall (strategy.py).
+        # helpers.simulation.start() ran first: distributed iterators run untuned, so dropping an
+        # old one does not stall, and an eager reduce follows TPUStrategy's.
         from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+        from tensorflow.python.distribute import mirrored_strategy
         assert mdi._create_device_dataset.untuned
+        assert mirrored_strategy.MirroredExtended._reduce_to.like_tpu
         it = iter(s.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(16)))
         assert sum(int(tf.reduce_sum(v)) for v in next(it).values) == sum(range(16))
         print(info)
         try:
             helpers.connect(4)
         except StrategyError as err:
-            assert "restart for 4" in str(err), err  # the script's own sentence
+            assert "with 8 replica(s)" in str(err) and "Restart the kernel" in str(err), err
         else:
             raise SystemExit("changing replicas: no error")
         """,
@@ -76,21 +79,32 @@ def test_simulated_tpu_rerun_and_a_clear_error_for_other_settings_all_quietly(ru
     assert proc.stderr.strip() == "", f"TensorFlow wrote to stderr:\n{proc.stderr}"
 
 
-def test_one_replica_and_tensorflow_started_before_connect(run_python):
+def test_tensorflow_started_before_connect_is_one_sentence_and_caches_nothing(run_python):
     run_python(
         """
         import tensorflow as tf, helpers
         import train_tpu
+        from helpers import strategy
         from helpers.strategy import StrategyError
         tf.constant(1.0) + 1.0  # starts the runtime with one CPU device
-        try:
-            helpers.connect(8)
-        except StrategyError as err:
-            assert "before any other TensorFlow code" in str(err), err
-        else:
-            raise SystemExit("no error")
-        assert train_tpu.connected() is None  # nothing was cached by the failed call
-        s = helpers.connect(1)  # one device needs no split: it works
+        for replicas in (8, 1):  # the script splits the CPU even for one replica
+            try:
+                helpers.connect(replicas)
+            except StrategyError as err:
+                assert str(err) == "TensorFlow started already: restart and connect() first.", err
+            else:
+                raise SystemExit(f"connect({replicas}): no error")
+        assert train_tpu._STRATEGY == [] and strategy._CONNECTED == []  # nothing was cached
+        """,
+        env=NO_TPU,
+    )
+
+
+def test_one_replica_is_one_device(run_python):
+    run_python(
+        """
+        import tensorflow as tf, helpers
+        s = helpers.connect(1)
         assert s.num_replicas_in_sync == 1
         assert helpers.describe().kind == "one device"
         # The one-device path installs the same untuned wrapper as the simulated TPU (strategy.py
@@ -114,7 +128,8 @@ def test_tpu_hinted_with_a_cpu_build_raises_with_one_sentence(run_python):
             helpers.connect(8)
         except runtime.TPUUnusableError as err:
             text = str(err)
-            assert "ISTPUVM=1" in text and "tensorflow-tpu" in text, text
+            assert "TPU hardware is here (ISTPUVM=1)" in text, text
+            assert text.endswith("install its TPU build (this file's docstring says how) and restart.")
         else:
             raise SystemExit("fell back silently")
         """,

@@ -18,7 +18,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import manifest as M  # noqa: E402
 import notebook_files  # noqa: E402
-import provenance  # noqa: E402
 import sync_notebooks as sync  # noqa: E402
 
 CFG = notebook_files.settings()
@@ -356,60 +355,81 @@ def test_the_setup_text_stays_short_in_every_lesson():
     assert sync.word_count("[How it works](https://x.y/z) <!-- a comment -->") == 3
 
 
-# --- "Taught in notebook NN.": generated from the lessons' code cells ---------------------------
+# --- README.md's module map -------------------------------------------------------------------
 
 
-def _lesson(root: Path, name: str, *cells: str) -> None:
-    notebook = {"cells": [{"cell_type": "code", "source": text} for text in cells]}
-    (root / "notebooks").mkdir(exist_ok=True)
-    (root / "notebooks" / name).write_text(json.dumps(notebook), encoding="utf-8")
+def test_the_module_map_links_every_lesson_a_first_sentence_names():
+    # A name that ended the sentence ("notebook NN_name.") once lost its link.
+    numbers = sync.lessons.numbering()
+    name, number = next(iter(numbers.items()))
+    stem, path = f"{number}_{name}", f"notebooks/{number}_{name}.ipynb"
+    for text, linked in [
+        (f"Around it, notebook {stem}.", f"Around it, notebook [{number}]({path})."),
+        (
+            f"Around it (notebook {stem}'s aside).",
+            f"Around it (notebook [{number}]({path})'s aside).",
+        ),
+        (f"As {path} shows.", f"As [{path}]({path}) shows."),
+        (f"Code `{stem}` stays.", f"Code `{stem}` stays."),
+    ]:
+        assert sync.lessons.as_links(text, "notebooks/", numbers) == linked
+    with pytest.raises(SystemExit, match=stem):  # a reference it cannot link is named, not lost
+        sync.lessons.as_links(f"As ../{path} shows.", "notebooks/", numbers)
 
 
-def test_taught_in_lines_follow_the_lessons_code_cells(tmp_path):
-    H = "helpers"  # a planted module of a planted package: the reference check reads this file
-    (tmp_path / "helpers").mkdir()
-    (tmp_path / "helpers" / "__init__.py").write_text('"""Package."""\n')
-    (tmp_path / "helpers" / "tools.py").write_text(
-        '"""Module."""\n\n\n'
-        'def used():\n    """Used by two lessons."""\n\n\n'
-        'def imported():\n    """Imported by name.\n\n    More words.\n    """\n\n\n'
-        'def claimed():\n    """Used by no lesson.\n\n    Taught in notebook 03.\n    """\n\n\n'
-        "class _Private:\n    pass\n"
+def test_the_module_map_shows_the_lessons_the_helpers_and_the_tools(tmp_path):
+    for file, doc in [
+        ("train_tpu.py", "Train it."),
+        ("helpers/runtime.py", "Where it runs."),
+        ("tools/lessons.py", "Lessons by name, as notebook 00_tpu_self_test says."),
+        ("tools/runner/__init__.py", "The runner."),
+    ]:
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / file).write_text(f'"""{doc}"""\n')
+    parts = sync.module_map(tmp_path).split("\n\n")
+    assert parts[:2] == [
+        "**The lessons and the script**",
+        f"{sync.NOTEBOOKS_LINE}\n- `train_tpu.py`: Train it.",
+    ]
+    assert parts[2:4] == ["**The helpers** (`helpers/`)", "- `helpers/runtime.py`: Where it runs."]
+    assert parts[4] == "**The tools** (`tools/`)"  # tpucheck/ is not there (yet)
+    assert "[00](notebooks/00_tpu_self_test.ipynb) says" in parts[5]
+    assert "- `tools/runner/`: The runner." in parts[5]
+
+    (tmp_path / "tpucheck").mkdir()
+    (tmp_path / "tpucheck" / "__init__.py").write_text('"""The TPU checks."""\n')
+    (tmp_path / "tpucheck" / "facts.py").write_text('"""TPU facts."""\n')
+    tools = sync.module_map(tmp_path).split("**The tools**")[1]
+    assert (
+        tools.startswith(" (`tools/`, `tpucheck/`)")
+        and f"- `{Path('tpucheck', 'facts.py').as_posix()}`: TPU facts." in tools
     )
-    _lesson(tmp_path, "03_a.ipynb", f"from {H} import tools\n%time tools.used()")
-    _lesson(tmp_path, "05_b.ipynb", f"import {H}.tools as t", "t.used()\n!ls")
-    _lesson(tmp_path, "07_c.ipynb", f"from {H}.tools import imported\nimported()")
-    _lesson(tmp_path, "08_d.ipynb", "used = 1  # the same word, not the helper")
-    assert provenance.uses(tmp_path) == {
-        (f"{H}.tools", "used"): ["03", "05"],
-        (f"{H}.tools", "imported"): ["07"],
-    }
-    ((file, text),) = provenance.stale_lines(tmp_path).items()
-    assert file == str(Path("helpers", "tools.py"))
-    assert '"""Used by two lessons.\n\n    Taught in notebooks 03, 05.\n    """' in text
-    assert '"""Imported by name.\n\n    More words.\n    Taught in notebook 07.\n    """' in text
-    assert '"""Used by no lesson."""' in text  # the claim the lessons do not bear out is gone
-    (tmp_path / file).write_text(text)
-    assert provenance.stale_lines(tmp_path) == {}  # a fixed point: sync twice changes nothing
-    # Prose that says it by hand is refused: only the generated line may.
-    hand = text.replace("More words.", "Taught in notebook 07_model_parallelism; more.")
-    (tmp_path / file).write_text(hand)
-    number = hand.splitlines().index("    Taught in notebook 07_model_parallelism; more.") + 1
-    found = provenance.hand_written(tmp_path)
-    assert [p.split(": ", 1)[0] for p in found] == [f"{file}:{number}"]
 
 
-def test_a_wrong_taught_in_line_planted_in_helpers_is_stale():
-    path = ROOT / "helpers" / "profiling.py"
-    text = path.read_text(encoding="utf-8")
-    line = provenance.docstring_lines(provenance.uses()[("helpers.profiling", "diagnose")])
-    assert line and line.startswith("Taught in notebook") and line in text
-    planted = text.replace(line, "Taught in notebook 01.", 1)
-    assert planted != text
-    found = provenance.uses()
-    copy = Path(str(path) + ".planted")
-    try:
-        copy.write_text(planted, encoding="utf-8")
-        assert provenance.sync_file(copy, "helpers.profiling", found) == text
-    finally:
-        copy.unlink()
+def test_the_readme_module_map_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"{sync.MODULES_START}\n{sync.module_map()}\n{sync.MODULES_END}" in readme
+
+
+# --- the install block of the reference script's docstring ------------------------------------
+
+
+def test_the_script_states_each_platforms_install_route_in_at_most_four_lines():
+    from helpers import routes
+
+    lines = sync.install_lines()
+    assert 1 < len(lines) <= 4 and all(line.startswith("    ") for line in lines)
+    kaggle = routes.choose_route("kaggle", routes.PLATFORMS["kaggle"].python)
+    assert f"{routes.PLATFORMS['kaggle'].label}: {' && '.join(kaggle.commands)}" in lines[1]
+    starts = {len(line) - len(line.split(":", 1)[1].lstrip()) for line in lines}
+    assert len(starts) == 1  # the commands line up
+    assert lines[-1].split() == ["a", "CPU", "or", "GPUs:", "pip", "install", "tensorflow"]
+
+
+def test_a_stale_install_block_is_rewritten_and_the_script_stays_under_600_lines():
+    script = ROOT / CFG["script"]
+    text = script.read_text(encoding="utf-8")
+    assert sync.sync_script(text, CFG["script"]) == text  # make lint fails otherwise
+    assert len(text.splitlines()) <= 600
+    stale = text.replace("tensorflow-tpu==", "tensorflow-tpu==0.", 1)
+    assert stale != text and sync.sync_script(stale, CFG["script"]) == text

@@ -6,9 +6,9 @@ It reads what people read: Markdown pages, notebook cells, docstrings, comments 
 Python files, the Makefile, CI scripts and workflows. In them it finds
 - repository paths (``helpers/strategy.py``, ``tools/book/``, ``requirements-colab.txt``), which
   must exist in the working tree; and
-- helper modules and names (``helpers.data.make_dataset``, ``helpers.connect``), whose module
-  must exist and whose name, when one follows, must be defined there (read with ``ast``, so
-  nothing is imported).
+- modules and names of ``helpers`` and ``tpucheck`` (``helpers.data.make_dataset``,
+  ``helpers.connect``), whose module must exist and whose name, when one follows, must be defined
+  there (read with ``ast``, so nothing is imported).
 - relative links in Markdown (README.md, CONTRIBUTING.md, the book's pages, every ``.md`` file and
   the Markdown cells of the notebooks): ``[text](target)``, ``[label]: target`` and
   ``src``/``href`` attributes, which must lead to a file, and, when they name a section
@@ -33,17 +33,14 @@ import sys
 from pathlib import Path
 
 import lessons
+from notebook_files import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-LESSON_LINK = re.compile(r"\[([^\]]*)\]\([^)\s]*?\b(\d\d)_(\w+)\.ipynb")
-
-__all__ = ["main", "stale_references", "texts"]
-
-TOP = r"(?:helpers|tools|tests|notebooks|book|binder|hardware|\.ci|\.github)"
+TOP = r"(?:helpers|tpucheck|tools|tests|notebooks|book|binder|hardware|\.ci|\.github)"
 PATH = re.compile(
     rf"(?<![\w./-])(?:{TOP}/[\w./-]*[\w/]|requirements[\w-]*\.txt|(?:README|CONTRIBUTING)\.md)"
 )
-MODULE = re.compile(r"(?<![\w./])helpers((?:\.\w+)+)")
+# The packages whose modules and names are checked where text mentions them.
+MODULE = re.compile(r"(?<![\w./])(helpers|tpucheck)((?:\.\w+)+)")
 PLACEHOLDER = re.compile(r"NN|X\.Y|\*|\{|<|\bname\b|_xx|\.\.\.")
 NOT_READ = ("tests/data/",)  # recorded copies of other projects' files
 # A path shortly after another project's "owner/repo" is that project's file, not ours.
@@ -72,9 +69,9 @@ def _defined(module: Path) -> set[str]:
     return names
 
 
-def _module_problem(dotted: str) -> str | None:
-    """Why ``helpers.<dotted>`` names nothing, or None when it does."""
-    here = ROOT / "helpers"
+def _module_problem(top: str, dotted: str) -> str | None:
+    """Why ``<top>.<dotted>`` names nothing, or None when it does."""
+    here = ROOT / top
     for i, part in enumerate(parts := dotted.split(".")):
         if (here / part).is_dir():
             here = here / part
@@ -86,11 +83,11 @@ def _module_problem(dotted: str) -> str | None:
         package = here / "__init__.py"
         if package.is_file() and part in _defined(package):
             return None
-        return f"helpers.{'.'.join(parts[: i + 1])} does not exist"
+        return f"{top}.{'.'.join(parts[: i + 1])} does not exist"
     else:
         return None
     if rest and rest[0] not in _defined(here) and not rest[0][0].isupper():
-        return f"helpers.{dotted}: {here.relative_to(ROOT)} defines no {rest[0]}"
+        return f"{top}.{dotted}: {here.relative_to(ROOT)} defines no {rest[0]}"
     return None
 
 
@@ -181,7 +178,7 @@ def misnamed_lessons(text: str, markdown: str | None, numbers: dict[str, str]) -
     whose text says another number than their target has (``[notebook NN](MM_name.ipynb)``)."""
     found = [f"notebook {m[0].split()[-1]} names no lesson" for m in LESSON_STEM.finditer(text)
              if m[1] not in numbers]  # fmt: skip
-    for match in LESSON_LINK.finditer(markdown or ""):
+    for match in lessons.LESSON_LINK.finditer(markdown or ""):
         label, number = match[1], match[2]
         if any(n != number for n in re.findall(r"\b\d\d\b", label)):
             found.append(f"the link [{label}] to lesson {number}_{match[3]} says another number")
@@ -208,10 +205,10 @@ def stale_references(files: dict[str, str]) -> list[str]:
                 continue
             found.append(f"{name}: {path} does not exist")
         for match in MODULE.finditer(text):
-            dotted = match.group(1)[1:].rstrip(".")
+            dotted = match.group(2)[1:].rstrip(".")
             if dotted == "py" or dotted.startswith("__"):
                 continue  # a file named helpers.py, or a module attribute such as __path__
-            if problem := _module_problem(dotted):
+            if problem := _module_problem(match.group(1), dotted):
                 found.append(f"{name}: {problem}")
     return sorted(set(found))
 

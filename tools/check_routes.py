@@ -23,8 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers import routes  # noqa: E402
 
-__all__ = ["dry_run", "main", "versions"]
-
 
 def dry_run(args: list[str], python: str, *, deps: bool) -> dict | None:
     """pip's install report for ``args`` on ``python``, or None when it does not resolve."""

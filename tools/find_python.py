@@ -18,8 +18,6 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["candidates", "find_python", "main"]
-
 
 def _reports(path: str, version: str) -> bool:
     try:

@@ -12,7 +12,9 @@ Its place among the entries gives its number (the first is 00), and so its file,
 ``make sync`` (:func:`renames`, :func:`renumbered`) renames a lesson's file when its place
 changed, with ``git mv``, and rewrites the number of every reference from the name beside it, so
 inserting, removing or reordering a lesson is one edit of the manifest (and the new notebook;
-CONTRIBUTING.md, "Lessons by name"). A bare "notebook NN" bears no name, so nothing could follow
+CONTRIBUTING.md, "Lessons by name"). Renaming one is an edit of its entry's name: the notebook
+that no entry names, numbered as the entry that has no notebook, takes the new name
+(:func:`renamed`), and so do the references to it. A bare "notebook NN" bears no name, so nothing could follow
 it: ``make lint`` (tools/check_references.py) refuses it, and ``--convert`` writes every bare
 mention in the form above, from the current numbering::
 
@@ -24,34 +26,15 @@ Hardware records and recorded test data keep the names they were made with (:dat
 
 from __future__ import annotations
 
-import ast
-import io
 import json
 import os
 import re
 import subprocess
 import sys
-import tokenize
 from pathlib import Path
 
-from notebook_files import NOTEBOOKS, ROOT, dumps, source, tomllib
+from notebook_files import MANIFEST, ROOT, dumps, source, toml
 
-__all__ = [
-    "apply_renames",
-    "as_links",
-    "bare_mentions",
-    "convert",
-    "lesson_name",
-    "names",
-    "numbering",
-    "references_in",
-    "rekeyed_manifest",
-    "renames",
-    "renumbered",
-    "texts",
-]
-
-MANIFEST = NOTEBOOKS / "manifest.toml"
 NUMBERED = re.compile(r"^(\d\d)_(.+)$")
 # Files that record what was, under the names of then, or another project's text.
 NOT_REWRITTEN = ("tests/data/", "hardware/records/")
@@ -62,8 +45,12 @@ MENTION = re.compile(
     re.IGNORECASE,
 )
 NUMBER = re.compile(r"\b\d\d\b")
-# tools/provenance.py writes and checks this line from the lessons' code cells.
+# The "Taught in notebook NN." lines helpers' docstrings still end with: written by make sync until
+# it stopped (they went stale whenever a lesson changed), kept out of the bare-mention check until
+# they are deleted.
 GENERATED = re.compile(r"Taught in notebooks? \d\d(?:, \d\d)*\.")
+# A Markdown link to any lesson's file, its name current or not: never a bare mention.
+LESSON_LINK = re.compile(r"\[([^\]]*)\]\([^)\s]*?\b(\d\d)_(\w+)\.ipynb")
 FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
 CODE_SPAN = re.compile(r"(`+).+?\1", re.DOTALL)
 
@@ -79,14 +66,12 @@ def names(path: Path = MANIFEST) -> list[str]:
     """The lessons' names in the manifest's order, which numbers them."""
     if not path.exists():
         return []
-    with open(path, "rb") as f:
-        found = list(tomllib.load(f).get("notebooks", {}))
+    found = list(toml(path).get("notebooks", {}))
     numbered = [name for name in found if NUMBERED.match(name)]
     if numbered:
         raise SystemExit(
             f"notebooks/manifest.toml: [notebooks.{numbered[0]}]: an entry is keyed by the "
-            f"lesson's name alone ([notebooks.{lesson_name(numbered[0])}]); its place numbers it. "
-            "python tools/lessons.py --convert rekeys the manifest"
+            f"lesson's name alone ([notebooks.{lesson_name(numbered[0])}]); its place numbers it"
         )
     return found
 
@@ -96,13 +81,30 @@ def numbering(path: Path = MANIFEST) -> dict[str, str]:
     return {name: f"{i:02d}" for i, name in enumerate(names(path))}
 
 
-def renames(root: Path = ROOT, numbers: dict[str, str] | None = None) -> list[tuple[Path, Path]]:
+def renamed(root: Path = ROOT, numbers: dict[str, str] | None = None) -> dict[str, str]:
+    """{old name: new name} of each lesson renamed in the manifest: a notebook ``NN_OLD.ipynb``
+    that no entry names, where the entry numbered NN has no notebook."""
+    numbers = numbering(root / "notebooks" / "manifest.toml") if numbers is None else numbers
+    paths = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    present = {lesson_name(path) for path in paths}
+    waiting = {number: name for name, number in numbers.items() if name not in present}
+    return {
+        lesson_name(path): waiting[path.name[:2]]
+        for path in paths
+        if lesson_name(path) not in numbers and path.name[:2] in waiting
+    }
+
+
+def renames(
+    root: Path = ROOT, numbers: dict[str, str] | None = None, new_names: dict | None = None
+) -> list[tuple[Path, Path]]:
     """(file, the file it must become) for each lesson whose number or file name is not its own:
-    a lesson that moved in the manifest, or a new ``NAME.ipynb`` or ``NN_NAME.ipynb``."""
+    a lesson that moved in the manifest or was renamed there (``new_names``, from
+    :func:`renamed`), or a new ``NAME.ipynb`` or ``NN_NAME.ipynb``."""
     numbers = numbering(root / "notebooks" / "manifest.toml") if numbers is None else numbers
     found = []
     for path in sorted((root / "notebooks").glob("*.ipynb")):
-        name = lesson_name(path)
+        name = (new_names or {}).get(lesson_name(path), lesson_name(path))
         if name in numbers and path.name != (wanted := f"{numbers[name]}_{name}.ipynb"):
             found.append((path, path.with_name(wanted)))
     return found
@@ -160,10 +162,24 @@ def _renumber_text(text: str, numbers: dict[str, str]) -> str:
 
 
 def as_links(text: str, prefix: str, numbers: dict[str, str]) -> str:
-    """Plain text's references by name (``notebook NN_name``) as Markdown links to the files, for
-    a docstring shown in Markdown (README.md's module map): ``notebook [NN](prefixNN_name.ipynb)``."""
-    stems = re.compile(rf"(?<![\w/\[]){_stem_pattern(numbers).pattern}(?![\w.])")
-    return stems.sub(lambda m: f"[{m[1]}]({prefix}{m[1]}_{m[2]}.ipynb)", text)
+    """Plain text's references by name as Markdown links to the files, for a docstring shown in
+    Markdown (README.md's module map): ``notebook NN_name`` as ``notebook [NN](prefixNN_name.ipynb)``,
+    ``notebooks/NN_name.ipynb`` as a link with those words. Code spans stay as they are. A
+    reference it cannot link (``../notebooks/NN_name.ipynb``) is a SystemExit, never dropped."""
+    names = "|".join(sorted(map(re.escape, numbers), key=len, reverse=True)) or "(?!)"
+    # A sentence may end right after a name: a "." then is not a file's suffix.
+    reference = re.compile(rf"(?<![\w/\[])(notebooks/)?(\d\d)_({names})(\.ipynb)?(?!\w|\.\w)")
+
+    def link(match: re.Match) -> str:
+        words = match[0] if match[1] or match[4] else match[2]
+        return f"[{words}]({prefix}{match[2]}_{match[3]}.ipynb)"
+
+    pieces = re.split(r"(`[^`]*`)", text)  # the odd pieces are code spans
+    linked = "".join(p if i % 2 else reference.sub(link, p) for i, p in enumerate(pieces))
+    left = _stem_pattern(numbers).search(re.sub(r"\[[^\]]*\]\([^)]*\)|`[^`]*`", "", linked))
+    if left:
+        raise SystemExit(f"{text!r}: {left[0]} cannot be linked here; write notebook {left[0]}")
+    return linked
 
 
 def _map_notebook(text: str, change) -> str:
@@ -178,14 +194,23 @@ def _map_notebook(text: str, change) -> str:
     return dumps(notebook) if changed else text
 
 
-def renumbered(files: dict[str, str], numbers: dict[str, str]) -> dict[str, str]:
-    """{file: its new text} for the files whose references to lessons bear an old number."""
+def renumbered(
+    files: dict[str, str], numbers: dict[str, str], new_names: dict[str, str] | None = None
+) -> dict[str, str]:
+    """{file: its new text} for the files whose references to lessons bear an old number, or
+    an old name (``new_names``: {old: new}, from :func:`renamed`)."""
+    old = _stem_pattern(new_names or {})
+
+    def change(text: str) -> str:
+        text = old.sub(lambda m: f"{m[1]}_{new_names[m[2]]}", text) if new_names else text
+        return _renumber_text(text, numbers)
+
     found = {}
     for file, text in files.items():
         if file.endswith(".ipynb"):
-            after = _map_notebook(text, lambda cell, _kind: _renumber_text(cell, numbers))
+            after = _map_notebook(text, lambda cell, _kind: change(cell))
         else:
-            after = _renumber_text(text, numbers)
+            after = change(text)
         if after != text:
             found[file] = after
     return found
@@ -196,12 +221,13 @@ def renumbered(files: dict[str, str], numbers: dict[str, str]) -> dict[str, str]
 
 def _hidden(text: str, markdown: bool, numbers: dict[str, str]) -> str:
     """``text`` with what is not a bare mention blanked out (same length, so offsets hold):
-    links to lessons, provenance lines, and in Markdown code spans and blocks."""
+    links to lessons (a renamed lesson's too: its old target is check_references' to report),
+    provenance lines, and in Markdown code spans and blocks."""
 
     def blank(match: re.Match) -> str:
         return re.sub(r"\S", " ", match[0])
 
-    text = GENERATED.sub(blank, _link_pattern(numbers).sub(blank, text))
+    text = GENERATED.sub(blank, LESSON_LINK.sub(blank, text))
     if markdown:
         text = CODE_SPAN.sub(blank, FENCE.sub(blank, text))
     return text
@@ -267,52 +293,11 @@ def _convert_text(text: str, markdown: bool, prefix: str, numbers: dict[str, str
     return "".join(pieces) + text[last:]
 
 
-PRAGMA = re.compile(
-    r"#\s*(noqa(?::\s*[A-Z]+\d+(?:,\s*[A-Z]+\d+)*)?|fmt:\s*\w+|type:\s*\S+)?\s*(.*)$"
-)
-LINE_LENGTH = 100  # ruff's (pyproject.toml): past it, ruff format splits a statement
-# What ruff format leaves as it is: a plain import, a statement already split after its bracket.
-UNSPLITTABLE = re.compile(r"^\s*(?:import [\w.]+(?: as \w+)?\s*|.*[(\[{]\s*|\s*)$")
-
-
-def _comment_above(code: str, numbers: dict[str, str]) -> str:
-    """Python ``code`` with each trailing comment that names a lesson and makes its line too long
-    moved onto its own line above, where ruff format would split the statement instead."""
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return code
-    lines, named = code.split("\n"), _stem_pattern(numbers)
-    for token in reversed([t for t in tokens if t.type == tokenize.COMMENT]):
-        (row, col), line = token.start, lines[token.start[0] - 1]
-        splittable = not UNSPLITTABLE.match(line[:col])
-        if splittable and len(line) > LINE_LENGTH and named.search(token.string):
-            indent = line[: len(line) - len(line.lstrip())]
-            # A pragma (noqa, fmt:, type:) stays on its line; only the words after it move up.
-            pragma, words = PRAGMA.match(token.string).groups()
-            kept = line[:col].rstrip() + (f"  # {pragma.rstrip()}" if pragma else "")
-            lines[row - 1 : row] = [f"{indent}# {words.strip()}", kept]
-    moved = "\n".join(lines)
-    return moved if _parses(moved) or not _parses(code) else code  # e.g. after a backslash
-
-
-def _parses(code: str) -> bool:
-    """Whether ``code`` is Python, IPython's magics and shell escapes aside."""
-    try:
-        ast.parse(re.sub(r"(?m)^(\s*)[%!].*$", r"\1pass", code))
-    except SyntaxError:
-        return False
-    return True
-
-
 def convert(files: dict[str, str], numbers: dict[str, str]) -> dict[str, str]:
-    """{file: its new text} with every bare mention of an existing lesson written by name; in
-    Python, a comment made too long by it moves above its statement."""
+    """{file: its new text} with every bare mention of an existing lesson written by name."""
 
     def converted(text: str, file: str, kind: str = "") -> str:
-        after = _convert_text(text, _is_markdown(file, kind), _link_prefix(file), numbers)
-        python = kind == "code" or (not kind and file.endswith(".py"))
-        return _comment_above(after, numbers) if python and after != text else after
+        return _convert_text(text, _is_markdown(file, kind), _link_prefix(file), numbers)
 
     found = {}
     for file, text in files.items():
@@ -325,32 +310,7 @@ def convert(files: dict[str, str], numbers: dict[str, str]) -> dict[str, str]:
     return found
 
 
-MANIFEST_TABLE = re.compile(r"^\[notebooks\.(\w+?)(\.\w+)?\]", re.MULTILINE)
-
-
-def rekeyed_manifest(text: str) -> str:
-    """The manifest with entries keyed ``[notebooks.NN_name]`` keyed by name, in NN's order
-    (how the manifest was written before its order numbered the lessons)."""
-    head, *blocks = re.split(r"(?m)^(?=\[notebooks\.)", text)
-    stems = [MANIFEST_TABLE.match(block)[1] for block in blocks]
-    if not any(NUMBERED.match(stem) for stem in stems):
-        return text
-    ordered = sorted(range(len(blocks)), key=lambda i: (stems[i], i))
-    body = "".join(
-        MANIFEST_TABLE.sub(lambda m: f"[notebooks.{lesson_name(m[1])}{m[2] or ''}]", blocks[i])
-        .rstrip("\n")
-        .join(("", "\n\n"))
-        for i in ordered
-    )
-    return head + body.rstrip("\n") + "\n"
-
-
 def main(argv: list[str]) -> int:
-    if argv == ["--convert"]:
-        text = MANIFEST.read_text(encoding="utf-8")
-        if (rekeyed := rekeyed_manifest(text)) != text:
-            MANIFEST.write_text(rekeyed, encoding="utf-8")
-            print("converted: notebooks/manifest.toml (entries keyed by name, in order)")
     numbers = numbering()
     if argv == ["--convert"]:
         changed = convert(texts(), numbers)

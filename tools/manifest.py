@@ -34,24 +34,8 @@ import sys
 from pathlib import Path
 
 from lessons import lesson_name, numbering
-from notebook_files import NOTEBOOKS, ROOT, read, source, tomllib
+from notebook_files import MANIFEST, NOTEBOOKS, ROOT, read, source, toml
 
-__all__ = [
-    "MANIFEST",
-    "SHARED_SETTINGS",
-    "defaults",
-    "lesson_settings",
-    "setting_home",
-    "adopt",
-    "adopt_missing",
-    "entry_for",
-    "headlines",
-    "load",
-    "nbval_notebooks",
-    "smoke_parameters",
-]
-
-MANIFEST = NOTEBOOKS / "manifest.toml"
 REQUIRED = ("title", "promise", "need", "headline")
 OPTIONAL = ("parameters", "setup", "kept_files", "smoke", "settings", "hardware", "nbval")
 # Settings many lessons share, each with one default; a lesson's own value is in its entry.
@@ -65,8 +49,7 @@ def load(path: Path = MANIFEST) -> dict[str, dict]:
     if not path.exists():
         return {}
     numbers = numbering(path)
-    with open(path, "rb") as f:
-        entries = tomllib.load(f).get("notebooks", {})
+    entries = toml(path).get("notebooks", {})
     return {f"{numbers[name]}_{name}": entry for name, entry in entries.items()}
 
 
@@ -105,8 +88,7 @@ def defaults(path: Path = MANIFEST) -> dict:
         sys.path.insert(0, str(ROOT))
     from helpers.strategy import SIMULATED_REPLICAS
 
-    with open(path, "rb") as f:
-        table = tomllib.load(f).get("settings", {})
+    table = toml(path).get("settings", {})
     if unknown := sorted(set(table) - set(SHARED_SETTINGS) - {"SIMULATED_REPLICAS"}):
         raise SystemExit(f"notebooks/manifest.toml, [settings]: {unknown} are not shared settings")
     if "SIMULATED_REPLICAS" in table:

@@ -1,12 +1,11 @@
-"""Shared by the tools: where the notebooks are, the repository setting, and reading notebooks."""
+"""Shared by the tools: where the notebooks and their manifest are, reading TOML (pyproject.toml's
+repository setting) and notebooks."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-
-__all__ = ["dumps", "notebook_paths", "read", "settings", "source"]
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -15,6 +14,7 @@ else:  # pragma: no cover - Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+MANIFEST = NOTEBOOKS / "manifest.toml"
 
 
 def notebook_paths() -> list[Path]:
@@ -22,10 +22,14 @@ def notebook_paths() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
+def toml(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
 def settings() -> dict:
     """The ``[tool.tpu-field-guide]`` table of pyproject.toml: github, branch, release."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["tool"]["tpu-field-guide"]
+    return toml(ROOT / "pyproject.toml")["tool"]["tpu-field-guide"]
 
 
 def read(path: Path) -> dict:

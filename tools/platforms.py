@@ -34,18 +34,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers import routes  # noqa: E402
 
-__all__ = [
-    "RECORDED",
-    "TODAY",
-    "Drift",
-    "Published",
-    "compare",
-    "main",
-    "read_colab",
-    "read_kaggle",
-    "read_published",
-]
-
 RAW = "https://raw.githubusercontent.com/{}/refs/heads/main/{}"
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "data" / "platforms"
 # The recorded snapshot that stands for today, which the tests and `make platforms RECORDED=today`

@@ -1,8 +1,8 @@
 """Minutes a reader spends on each lesson's path: ``python tools/reading_time.py``.
 
 The path is what a reader goes through from top to bottom: the cells after the generated setup
-cell, except the aside (cells tagged ``aside``, folded under "## Aside: ...") and the generated
-navigation cell. The preamble before it (title, badges, "What you need", the setup text, the
+cell, except the aside (cells tagged ``aside``, folded under "## Aside: ..."), the guards (cells
+tagged ``guard``, whose source every client hides) and the generated navigation cell. The preamble before it (title, badges, "What you need", the setup text, the
 parameters and the setup cell) is generated from notebooks/manifest.toml, so it is left out.
 
 The rule:
@@ -32,21 +32,11 @@ from pathlib import Path
 from notebook_files import notebook_paths, read, source
 from sync_notebooks import NAV_MARKER, SETUP_MARKER, word_count
 
-__all__ = [
-    "CELL_SECONDS",
-    "LINE_SECONDS",
-    "WORDS_PER_MINUTE",
-    "cell_minutes",
-    "main",
-    "minutes",
-    "path_cells",
-]
-
 WORDS_PER_MINUTE = 230  # prose
 LINE_SECONDS = 2.5  # each non-blank line of code
 CELL_SECONDS = 20  # each code cell: running it and reading its output
 
-ASIDE = "aside"
+ASIDE, GUARD = "aside", "guard"  # a guard's source is hidden in every client
 
 
 def path_cells(notebook: dict) -> list[dict]:
@@ -59,7 +49,7 @@ def path_cells(notebook: dict) -> list[dict]:
     return [
         cell
         for cell in cells[start:]
-        if ASIDE not in cell.get("metadata", {}).get("tags", [])
+        if not {ASIDE, GUARD} & set(cell.get("metadata", {}).get("tags", []))
         and not source(cell).startswith(NAV_MARKER)
         and cell["cell_type"] in ("markdown", "code")
     ]

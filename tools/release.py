@@ -3,9 +3,9 @@
     python tools/release.py 0.2.0        (or: make release VERSION=0.2.0)
 
 The one place a version changes: ``[project] version`` and ``[tool.tpu-field-guide] release`` in
-pyproject.toml, ``helpers.__version__`` (which every notebook's setup cell checks) and the README's
-mentions of the tag, then every notebook's setup cell and README.md's install line through
-``tools/sync_notebooks.py``. It commits
+pyproject.toml, ``helpers.__version__`` (which every notebook's setup cell checks), the README's
+mentions of the tag and CHANGELOG.md's "Unreleased" section, which becomes the version's, then
+every notebook's setup cell and README.md's install line through ``tools/sync_notebooks.py``. It commits
 the change and creates the annotated tag ``vX.Y.Z`` in this clone. It never pushes: the tag exists
 for readers only once someone pushes it (``git push origin vX.Y.Z``), and until then a hosted
 notebook cannot install that release.
@@ -14,14 +14,13 @@ notebook cannot install that release.
 from __future__ import annotations
 
 import argparse
+import datetime
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-from notebook_files import ROOT, tomllib
-
-__all__ = ["current_version", "main", "set_version"]
+from notebook_files import ROOT, toml
 
 VERSION = re.compile(r"\d+\.\d+\.\d+")
 # Files that quote the release tag in install lines; the notebooks get theirs from sync_notebooks.
@@ -29,8 +28,7 @@ INSTALL_LINES = ("README.md",)
 
 
 def current_version(root: Path = ROOT) -> str:
-    with open(root / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["version"]
+    return toml(root / "pyproject.toml")["project"]["version"]
 
 
 def _sub(path: Path, pattern: str, new: str, count: int = 0) -> None:
@@ -42,7 +40,8 @@ def _sub(path: Path, pattern: str, new: str, count: int = 0) -> None:
 
 
 def set_version(version: str, root: Path = ROOT) -> str:
-    """Write ``version`` into pyproject.toml, helpers/__init__.py and README.md; returns the old."""
+    """Write ``version`` into pyproject.toml, helpers/__init__.py, README.md and CHANGELOG.md;
+    returns the old."""
     if not VERSION.fullmatch(version):
         raise SystemExit(f"{version!r} is not a version like 1.2.3")
     old = current_version(root)
@@ -51,6 +50,12 @@ def set_version(version: str, root: Path = ROOT) -> str:
     _sub(root / "helpers" / "__init__.py", r'^__version__ = "[^"]*"', f'__version__ = "{version}"')
     for path in INSTALL_LINES:  # `pip install git+...@vX.Y.Z` and "at tag `vX.Y.Z`"
         _sub(root / path, rf"(?<=[@`]v){re.escape(old)}\b", version)
+    today = datetime.date.today().isoformat()
+    _sub(
+        root / "CHANGELOG.md",
+        r"^## \[Unreleased\]$",
+        f"## [Unreleased]\n\n## [{version}] - {today}",
+    )
     return old
 
 

@@ -25,6 +25,9 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import multiprocessing
+import os
+import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,14 +35,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # helpers, without an install
 
 import manifest  # noqa: E402
-from bench.machine import hardware  # noqa: E402
 from lessons import lesson_name  # noqa: E402
 from notebook_files import notebook_paths  # noqa: E402
 from runner import blocks, execute, summary  # noqa: E402
 from runner.cache import Cache, cache_key, stack  # noqa: E402
 from runner.folders import run_folder  # noqa: E402
-
-__all__ = ["main", "parameters_for"]
 
 
 def parameters_for(entry: dict, smoke: bool, replicas: int | None) -> dict:
@@ -127,6 +127,14 @@ def _execute(jobs: list[tuple], args, finished, cache: Cache) -> None:
             finished(path, key, future.result())
 
 
+def machine() -> str:
+    """This machine's CPU model, usable cores and memory, for the summary."""
+    cpu = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    cores = len(os.sched_getaffinity(0))
+    return f"{cpu[1].strip() if cpu else platform.machine()}, {cores} cores, {memory:.1f} GiB"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     if args.where:
@@ -141,11 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     replicas = "" if args.replicas is None else f", SIMULATED_REPLICAS={args.replicas}"
     header = f"Headless run ({args.mode} mode{replicas}), {time.strftime('%Y-%m-%d %H:%M')}"
     began = time.perf_counter()
-    machine = hardware()
-    about = {
-        "stack": stack(),
-        "machine": f"{machine['cpu']}, {machine['usable_cores']} cores, {machine['memory_gib']} GiB",
-    }
+    about = {"stack": stack(), "machine": machine()}
     paths = args.paths
     done: dict[str, dict] = {}  # notebook name -> row
 

@@ -1,11 +1,20 @@
-"""The stacks CI runs, one requirements file each: their headers and TensorFlow pins, derived.
+"""The stacks CI runs, named once here, one requirements file each: their headers, derived.
 
-A platform's stack stands in for its TPU runtime after the route: the platform's Python, and the
-CPU build of the TensorFlow release its route installs, on as many replicas as the platform's
-TPU has cores. ``helpers.routes.PLATFORMS`` is where those facts are written; ``make sync`` writes
-them into each file's first lines (``# python:``, ``# replicas:``, ``# stands in for:``) and its
-``tensorflow-cpu==`` pin, and ``make lint`` fails when one is stale. The Makefile reads the
-headers; nothing else restates them.
+A stack is a Python and TensorFlow pair that stands in for where users run the lessons. ``main``
+is this machine's python3 and the newest TensorFlow; a platform's stack stands in for its TPU
+runtime after the route: the platform's Python, and the CPU build of the TensorFlow release its
+route installs, on as many replicas as the platform's TPU has cores. ``helpers.routes.PLATFORMS``
+is where those facts are written; ``make sync`` writes them into each file's first lines
+(``# python:``, ``# replicas:``, ``# stands in for:``) and its ``tensorflow-cpu==`` pin, and
+``make lint`` fails when one is stale.
+
+:data:`STACK_FILES` is the one list of stacks, in the order CI runs them, the default first. The
+Makefile's ``STACK`` and ``.ci/run`` ask for it (standard library only: they run before any
+virtual environment exists), and ``make sync`` writes the matrix of
+``.github/workflows/tests.yml`` from it (:func:`workflow_synced`)::
+
+    python3 tools/stacks.py --names                  # main kaggle colab
+    python3 tools/stacks.py --requirements colab     # requirements-colab.txt
 """
 
 from __future__ import annotations
@@ -14,30 +23,44 @@ import re
 import sys
 from pathlib import Path
 
-import repository
-
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from helpers import routes  # noqa: E402
-from helpers.strategy import SIMULATED_REPLICAS  # noqa: E402
-
-__all__ = ["STACK_FILES", "stack_header", "synced"]
-
 STACK_FILES = {  # stack name -> (requirements file, platform it stands in for)
     "main": ("requirements.txt", None),
     "kaggle": ("requirements-kaggle.txt", "kaggle"),
     "colab": ("requirements-colab.txt", "colab"),
 }
 _HEADER_KEYS = ("python", "replicas", "stands in for")
+WORKFLOW = ".github/workflows/tests.yml"
+MATRIX_START, MATRIX_END = "# stacks: written by make sync from tools/stacks.py", "# end of stacks"
+MATRIX = re.compile(
+    rf"^( *){re.escape(MATRIX_START)}\n.*?^ *{re.escape(MATRIX_END)}$", re.MULTILINE | re.DOTALL
+)
+
+
+def names() -> list[str]:
+    return list(STACK_FILES)
+
+
+def _helpers():
+    """``helpers.routes`` and ``helpers.strategy``, imported only when needed: the command lines
+    above need neither."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from helpers import routes, strategy
+
+    return routes, strategy
 
 
 def stack_header(platform: str | None) -> list[str]:
     """The first lines of a stack's requirements file."""
+    routes, strategy = _helpers()
     if platform is None:
+        import repository
+
         supported = repository.python_range(repository.supported_pythons())
         return [
             f"# python: the machine's python3 ({supported})",
-            f"# replicas: {SIMULATED_REPLICAS}",
+            f"# replicas: {strategy.SIMULATED_REPLICAS}",
             "# stands in for: laptops, CI and Binder, on the newest TensorFlow",
         ]
     facts = routes.PLATFORMS[platform]
@@ -54,7 +77,44 @@ def synced(text: str, platform: str | None) -> str:
     lines = text.splitlines()
     body = [line for line in lines if not any(line.startswith(f"# {key}:") for key in _HEADER_KEYS)]
     if platform is not None:
+        routes, _ = _helpers()
         route = routes.choose_route(platform, routes.PLATFORMS[platform].python)
         pin = f"tensorflow-cpu=={route.release.tensorflow}"
         body = [re.sub(r"^tensorflow-cpu==\S+$", pin, line) for line in body]
     return "\n".join(stack_header(platform) + body) + "\n"
+
+
+def workflow_synced(text: str, main_python: str) -> str:
+    """The tests workflow with its matrix written from :data:`STACK_FILES`: each stack and the
+    Python its job runs (``main_python`` for the main stack: the main environment's)."""
+    platforms = _helpers()[0].PLATFORMS
+
+    def matrix(match: re.Match) -> str:
+        indent = match[1]
+        rows = [
+            f'{indent}  - {{stack: {name}, python: "{platforms[p].python if p else main_python}"}}'
+            for name, (_, p) in STACK_FILES.items()
+        ]
+        return "\n".join([indent + MATRIX_START, f"{indent}include:", *rows, indent + MATRIX_END])
+
+    if not MATRIX.search(text):
+        raise SystemExit(f"{WORKFLOW} lacks the lines {MATRIX_START!r} and {MATRIX_END!r}")
+    return MATRIX.sub(matrix, text, count=1)
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--names"]:
+        print(" ".join(names()))
+        return 0
+    if len(argv) == 2 and argv[0] == "--requirements":
+        if argv[1] not in STACK_FILES:
+            print(f"Unknown stack {argv[1]!r}; the stacks: {', '.join(names())}", file=sys.stderr)
+            return 2
+        print(STACK_FILES[argv[1]][0])
+        return 0
+    print("usage: python3 tools/stacks.py --names | --requirements STACK", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -36,8 +36,6 @@ from runner.folders import run_folder  # noqa: E402
 from book.pages import book_records, generated_pages  # noqa: E402
 from hardware import records as hardware_records  # noqa: E402
 
-__all__ = ["assemble", "book_notebook", "fold_asides_and_guards", "join_streams", "main"]
-
 BADGE = re.compile(r"\[!\[([^\]]+)\]\([^)]*\)\]\(([^)]+)\)")  # [![label](image)](target)
 
 
@@ -94,9 +92,8 @@ def _tag(cell: dict, tag: str) -> None:
 
 
 def fold_asides_and_guards(cells: list[dict]) -> list[dict]:
-    """Fold what CONTRIBUTING.md calls asides and guards: the page shows one toggle for each.
-
-    A guard's input is folded by MyST-NB (``hide-input``). An aside, from its ``## Aside``
+    """Fold what CONTRIBUTING.md calls asides: the page shows one toggle for each (a guard's
+    input is left out already: its ``remove-input`` tag). An aside, from its ``## Aside``
     heading to its last cell tagged ``aside``, goes into one ``<details>`` element opened below
     the heading and closed by a cell of its own, so its prose, code and outputs open together.
     The element stays inside the heading's section; subheadings in it become bold lines, since a
@@ -110,8 +107,6 @@ def fold_asides_and_guards(cells: list[dict]) -> list[dict]:
         if open_aside and ("aside" not in tags or starts):
             folded.append(_closing(len(folded)))
             open_aside = False
-        if cell["cell_type"] == "code" and "guard" in tags and "aside" not in tags:
-            _tag(cell, "hide-input")
         if "aside" in tags and cell["cell_type"] == "markdown":
             heading = ""
             if starts:

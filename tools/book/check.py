@@ -33,8 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/
 from browser import launch, serve  # noqa: E402
 from notebook_files import ROOT  # noqa: E402
 
-__all__ = ["Checker", "check", "main"]
-
 # Budget per page, uncompressed bytes. The theme's files and the search index are about 2.5 MB
 # on every page (1.56 MB of it Font Awesome's script); the page itself (HTML and plots) measured
 # at most 0.24 MB in the smoke run. GitHub Pages compresses text, so a reader downloads about a

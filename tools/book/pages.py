@@ -1,14 +1,14 @@
 """The book's pieces made from data, never typed: each is a Markdown file a page includes.
 
 - ``lesson_map.md``: the lessons, from notebooks/manifest.toml and the badge links;
-- ``routes.md``, ``route_facts.md``, ``failures.md``: from helpers.routes and helpers.failures,
+- ``routes.md``, ``route_facts.md``, ``failures.md``: from helpers.routes and tpucheck.failures,
   the routes' "verified on a TPU" column from the hardware records (``hardware.records``);
 - ``hardware.md``: every hardware record, committed (hardware/records/) or a dry run of this
   machine (build/hardware/records/), for the "Verified on hardware" page;
 - ``stacks.md``: the Python and TensorFlow pairs CI runs, from the requirements files;
 - ``measured.md``: the run the book was built from (its summary.json: every lesson's status,
-  time, headline and the numbers it recorded), then the benchmark's report and CI's timings when
-  the machine that builds the book has them (build/benchmark.md, build/ci-timings.json).
+  time, headline and the numbers it recorded), then CI's timings when
+  the machine that builds the book has them (build/ci-timings.json).
 """
 
 from __future__ import annotations
@@ -21,17 +21,11 @@ from pathlib import Path
 import manifest
 import sync_notebooks
 from notebook_files import ROOT, settings
+from stacks import STACK_FILES
 
 from hardware import records as hardware_records
-from helpers import failures, routes
-
-__all__ = ["book_records", "generated_pages", "lab_checks", "stacks"]
-
-STACK_FILES = {
-    "main": "requirements.txt",
-    "kaggle": "requirements-kaggle.txt",
-    "colab": "requirements-colab.txt",
-}
+from helpers import routes
+from tpucheck import failures
 
 
 def _first_sentence(text: str) -> str:
@@ -75,7 +69,7 @@ def _pins(path: Path) -> dict[str, str]:
 
 def stacks() -> dict[str, dict[str, str]]:
     """Each CI stack's pins and declared facts (``# python:``, ``# stands in for:`` lines)."""
-    return {name: _pins(ROOT / file) for name, file in STACK_FILES.items()}
+    return {name: _pins(ROOT / file) for name, (file, _) in STACK_FILES.items()}
 
 
 def stacks_table() -> str:
@@ -88,7 +82,7 @@ def stacks_table() -> str:
             (f"{d} {pins[d]}" for d in ("tensorflow", "tensorflow-cpu") if d in pins), "?"
         )
         rows.append(
-            f"| `{name}` | `{STACK_FILES[name]}` | {pins.get('#python', 'the machine’s python3')} "
+            f"| `{name}` | `{STACK_FILES[name][0]}` | {pins.get('#python', 'the machine’s python3')} "
             f"| {tensorflow} | {pins.get('keras', '?')} | {pins.get('jax', '?')} "
             f"| {pins.get('#replicas', '8')} | {pins.get('#stands in for', '')} |"
         )
@@ -128,12 +122,6 @@ def run_page(run: Path) -> str:
             if not key.startswith("_"):
                 lines.append(f"| {row['notebook'][:2]} | `{key}` | {_number(value)} |")
     return "\n".join(lines) + "\n"
-
-
-def benchmark_page(build: Path) -> str:
-    """The benchmark's report (``make bench``), or "" when this machine has none."""
-    report = build / "benchmark.md"
-    return report.read_text() if report.exists() else ""
 
 
 def ci_page(build: Path) -> str:
@@ -206,6 +194,5 @@ def lab_checks() -> str:
 def measured_page(run: Path, build: Path) -> str:
     """The Measured page's sections: the run, then the benchmark and CI when there are any."""
     sections = [("The run this book was built from", run_page(run))]
-    sections += [("The benchmark: each technique against its baseline", benchmark_page(build))]
     sections += [("Continuous integration", ci_page(build))]
     return "\n".join(f"## {title}\n\n{body}" for title, body in sections if body)

@@ -18,8 +18,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["CHROMIUM_ARGS", "chromium", "free_port", "launch", "serve"]
-
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",  # root in containers and CI

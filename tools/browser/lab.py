@@ -21,8 +21,6 @@ import papermill
 
 from browser import free_port
 
-__all__ = ["Lab", "outputs_seen", "prepare_smoke_copy"]
-
 ROOT = Path(__file__).resolve().parents[2]
 STDERR = "application/vnd.jupyter.stderr"
 

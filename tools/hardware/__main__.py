@@ -21,8 +21,6 @@ from pathlib import Path
 from . import colab_lane, kaggle_lane, kernel, records
 from .lane import Run, Stop, finish
 
-__all__ = ["local", "main"]
-
 
 def local(run: Run, folder) -> int:
     """The driver on this machine: installs nothing, its record says its devices are CPUs."""

@@ -20,8 +20,6 @@ from pathlib import Path
 from . import kernel
 from .lane import Run, Stop, checked_commit, finish, log_tail
 
-__all__ = ["SIGN_IN", "TPU", "main", "record_text"]
-
 TPU = "v5e1"
 OUT = "hardware-run"  # colab run starts the script in /content
 SIGN_IN = Path("~/.config/colab-cli")

@@ -13,7 +13,7 @@ order, each step's output in ``OUT``:
 2. every lesson with the collection's runner, ``tools/run_notebooks.py``, each in a fresh kernel,
    so the TensorFlow just installed is the one every lesson imports: no restart
    (``lessons/executed``, ``lessons/summary.json``, ``lessons.log``);
-3. the self-test, ``python -m helpers.selftest`` (``self-test/tpu-self-test.json``);
+3. the self-test, ``python -m tpucheck selftest`` (``self-test/tpu-self-test.json``);
 4. ``devices.json`` (the self-test's view of the accelerator), ``pip-freeze.txt`` and
    ``record.json`` (``hardware.records``), whose ``steps`` say what each step showed and how long
    it took: the route installed, the lessons, the TPU connected, each self-test check.
@@ -38,8 +38,6 @@ from pathlib import Path
 from helpers import processes, routes, runtime, versions
 
 from . import records
-
-__all__ = ["RUNNER_PACKAGES", "build_record", "main", "selftest_figures"]
 
 ROOT = records.ROOT
 # What tools/run_notebooks.py and the lessons need beyond TensorFlow and Keras (installed at the
@@ -139,7 +137,9 @@ def selftest_figures(report: dict) -> dict:
         "recipe_speedup": recipes.get("speedup"),
         "collection_examples_per_second": rates.get("collection"),
         "classic_examples_per_second": rates.get("classic"),
-        "input_pipeline_speedup": evidence.get("input_pipeline", {}).get("speedup"),
+        "input_pipeline_examples_per_second": evidence.get("input_pipeline", {}).get(
+            "examples_per_second"
+        ),
         "matmul_tflops": evidence.get("matmul_rate", {}).get("tflops_total"),
     }
     return {k: v for k, v in figures.items() if v is not None}
@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     step = time.perf_counter()
     code = _run(lessons, args.out / "lessons.log", env=env, cwd=ROOT)
     ran = _step("lessons", "passed" if code == 0 else "failed", step, ", ".join(only) or "all")
-    selftest = [sys.executable, "-m", "helpers.selftest", "--out", str(args.out / "self-test")]
-    selftest += [*(["--smoke"] if args.smoke else []), "--no-install"]
+    selftest = [sys.executable, "-m", "tpucheck", "selftest", "--out", str(args.out / "self-test")]
+    selftest += ["--smoke"] if args.smoke else []
     _run(selftest, args.out / "self-test.log", env=env, cwd=ROOT)
     steps = [installed, ran, *([reference_script(args, env)] if args.quick else [])]
     freeze = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True)

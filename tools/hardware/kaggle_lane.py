@@ -56,8 +56,6 @@ from pathlib import Path
 from . import kernel
 from .lane import Run, Stop, checked_commit, finish, log_tail
 
-__all__ = ["MACHINE_SHAPE", "Options", "credentials_source", "kernel_url", "main", "read_log"]
-
 MACHINE_SHAPE = "TpuV5E8"
 OUT = "/kaggle/working/hardware-run"
 SETTINGS = "https://www.kaggle.com/settings/api"

@@ -21,17 +21,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = [
-    "RECORD_BEGIN",
-    "RECORD_END",
-    "MODULE_ENV",
-    "REPO_ENV",
-    "fetchable",
-    "head_commit",
-    "repository",
-    "script",
-]
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/, for notebook_files
 from notebook_files import ROOT, settings  # noqa: E402
 

@@ -16,8 +16,6 @@ from pathlib import Path
 
 from . import kernel, records
 
-__all__ = ["Run", "Stop", "checked_commit", "finish", "log_tail"]
-
 
 class Stop(Exception):
     """Nothing (more) can run: ``detail`` explains, ``reason`` is the last line printed."""

@@ -31,23 +31,6 @@ from pathlib import Path
 
 from helpers import routes
 
-__all__ = [
-    "LOCAL_RECORDS",
-    "RECORDS",
-    "SCHEMA",
-    "VERSION",
-    "counts",
-    "counts_for_route",
-    "device_kind",
-    "lesson_status",
-    "load",
-    "page",
-    "problems",
-    "route_status",
-    "store",
-    "verified_routes",
-]
-
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "hardware" / "records"
 LOCAL_RECORDS = ROOT / "build" / "hardware" / "records"

@@ -17,18 +17,6 @@ from IPython.core.inputtransformer2 import TransformerManager
 from helpers import runtime
 from helpers.blocks import RECORD, is_place, source_digest
 
-__all__ = [
-    "PLATFORM_NAMES",
-    "Block",
-    "conditional_blocks",
-    "declared",
-    "describe",
-    "hardware",
-    "listing",
-    "misplaced",
-    "places_of_run",
-]
-
 # A lesson's names for where it runs: an ``if`` on one of them is a block that only some
 # runtimes take, and must say where with ``runs_on`` (``conditional_blocks``).
 PLATFORM_NAMES = {

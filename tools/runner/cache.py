@@ -17,8 +17,6 @@ from notebook_files import ROOT
 from helpers import versions
 from helpers.processes import tensorflow_version
 
-__all__ = ["Cache", "cache_key", "stack"]
-
 FILE = "cache.json"
 
 

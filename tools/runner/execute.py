@@ -21,8 +21,6 @@ from helpers import runtime
 from helpers.results import RESULTS_ENV
 from runner import blocks, memory, summary
 
-__all__ = ["kept_files_parameters", "replicas_of", "run_one"]
-
 
 def kept_files_parameters(path: Path, out: Path, kept_files: dict[str, str]) -> dict:
     """``{parameter: folder}`` for the kept-files parameters that ``path`` declares.

@@ -13,8 +13,6 @@ from pathlib import Path
 
 from notebook_files import ROOT
 
-__all__ = ["run_folder"]
-
 
 def run_folder(mode: str, only: list[str] | tuple = (), venv: str | None = None) -> Path:
     """The folder of a ``mode`` ("full" or "smoke") run from environment ``venv``."""

@@ -23,8 +23,6 @@ import threading
 
 import psutil
 
-__all__ = ["BUDGET_GIB", "INTERVAL", "PeakMemory", "not_yet_executed", "together"]
-
 BUDGET_GIB = 2.0
 INTERVAL = 0.2
 GIB = 1024**3

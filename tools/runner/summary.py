@@ -16,17 +16,6 @@ from notebook_files import ROOT, source
 
 from helpers import processes
 
-__all__ = [
-    "EXPECTED_STDERR_TAG",
-    "STDERR_STATUS",
-    "filled_headline",
-    "headline",
-    "inspect",
-    "markdown_table",
-    "save",
-    "unexpected_stderr",
-]
-
 EXPECTED_STDERR_TAG = "expected-stderr"
 # A notebook that ran to its end but wrote to stderr outside the cells that teach it: not counted
 # as passed, not cached (so it runs again), but not a failure of the run either.
