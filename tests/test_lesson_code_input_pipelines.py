@@ -1,11 +1,10 @@
-"""Notebook 06_input_pipelines writes and reads its TFRecords in plain TensorFlow (cells ``78f08c66``: writing,
-``8670aeb9``: the feature spec, parsing and parallel reading); ``helpers.pipelines`` packages
-the same code for the self-test, the benchmark and later lessons.
+"""Notebook 06_input_pipelines reads its photos' TFRecords in plain TensorFlow (cell ``8670aeb9``:
+the feature spec, parsing and parallel reading); ``helpers.pipelines`` packages the same code for
+the self-test, the benchmark and later lessons, and writes the files the lesson reads.
 
-The lesson's cells run as stored, on a few small images: the files they write are byte for byte
-the files ``pipelines.write_tfrecords`` writes, and the lesson's ``decode`` and ``read_files``
-give what ``pipelines.decode`` and ``pipelines.read_tfrecords`` give. No strategy is involved,
-so no child process either.
+The lesson's cell runs as stored, on a few small images: its ``decode`` and ``read_files`` give
+what ``pipelines.decode`` and ``pipelines.read_tfrecords`` give. No strategy is involved, so no
+child process either.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from helpers import pipelines
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "notebooks" / "06_input_pipelines.ipynb"
-WRITE_CELL, READ_CELL = "78f08c66", "8670aeb9"
+READ_CELL = "8670aeb9"
 
 
 def _lesson_cell(cell_id: str) -> str:
@@ -33,13 +32,9 @@ def _lesson_cell(cell_id: str) -> str:
 @pytest.fixture(scope="module")
 def lesson():
     namespace = {"tf": tf, "np": np, "os": os}
-    for cell_id, names in (
-        (WRITE_CELL, ("tf.train.Example", "TFRecordWriter")),
-        (READ_CELL, ("parse_single_example", "decode_png", "interleave")),
-    ):
-        cell = _lesson_cell(cell_id)
-        assert all(name in cell for name in names), cell_id
-        exec(cell, namespace)
+    cell = _lesson_cell(READ_CELL)
+    assert all(name in cell for name in ("parse_single_example", "decode_png", "interleave"))
+    exec(cell, namespace)
     return namespace
 
 
@@ -47,16 +42,6 @@ def lesson():
 def photos():
     rng = np.random.default_rng(0)
     return rng.integers(0, 256, (10, 12, 12, 1), dtype=np.uint8), rng.integers(0, 10, 10)
-
-
-def test_the_lessons_files_are_the_helpers_files(lesson, photos, tmp_path):
-    images, labels = photos
-    ours = lesson["write_shards"](images, labels, str(tmp_path / "lesson"), 3)
-    theirs = pipelines.write_tfrecords(images, labels, tmp_path / "helper", 3)
-    assert [os.path.basename(p) for p in ours] == [os.path.basename(p) for p in theirs]
-    for a, b in zip(ours, theirs, strict=True):
-        assert Path(a).read_bytes() == Path(b).read_bytes()
-    assert pipelines.check_roundtrip(ours, images, labels) == len(images)
 
 
 def test_the_lessons_reading_is_the_helpers(lesson, photos, tmp_path):

@@ -28,7 +28,7 @@ LIMIT = 20  # minutes
 KNOWN_OVER: dict[str, float] = {
     "custom_training_loops": 24,
     "bfloat16_mixed_precision": 23,
-    "input_pipelines": 28,
+    "input_pipelines": 26,
     "model_parallelism": 28,
     "checkpoints_and_preemption": 29,
     "scaling_out_to_pods": 23,
