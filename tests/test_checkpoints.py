@@ -1,5 +1,5 @@
-"""helpers.checkpoints (a save's leftovers tidied, fit backups) around the reference script's
-checkpoint part, and helpers.save_faults stopping a real save in each of its phases."""
+"""The reference script's checkpoint part (restores, fit backups), and helpers.save_faults stopping
+a real save in each of its phases: the script resumes from the last commit, leftovers untidied."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import checkpoints, save_faults
+from helpers import save_faults
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -60,8 +60,9 @@ def _state(directory) -> tuple[str, list[str]]:
 
 
 @pytest.mark.parametrize("phase", save_faults.PHASES)
-def test_a_save_interrupted_in_any_phase_is_repaired_to_the_last_commit(tmp_path, phase):
-    """In this process: the save of ckpt-5 stops in ``phase`` (max_to_keep=3, so it sweeps)."""
+def test_a_save_interrupted_in_any_phase_resumes_from_the_last_commit(tmp_path, phase):
+    """In this process: the save of ckpt-5 stops in ``phase`` (max_to_keep=3, so it sweeps); the
+    script's restore, untidied, resumes from the last commit and its next save goes on."""
     model, optimizer = _trained_objects()
     manager, step = train_tpu.checkpointing(str(tmp_path), model, optimizer)
     for number in range(1, 5):
@@ -76,43 +77,16 @@ def test_a_save_interrupted_in_any_phase_is_repaired_to_the_last_commit(tmp_path
     latest, _ = _state(tmp_path)
     assert latest == ("ckpt-5" if after_commit else "ckpt-4")
 
-    repaired = checkpoints.repair(tmp_path)
-    assert os.path.basename(repaired.latest) == latest
-    names = sorted(os.listdir(tmp_path))
-    assert not [n for n in names if "_temp" in n or ".tmp" in n or "tempstate" in n], names
-    listed = _state(tmp_path)[1]
-    assert all((tmp_path / f"{n}.index").exists() for n in listed)
-    assert listed == ([f"ckpt-{n}" for n in ((3, 4, 5) if after_commit else (2, 3, 4))])
-    assert checkpoints.repair(tmp_path).changed is False  # idempotent
-
     other, other_opt = _trained_objects(seed=9)  # a restarted run, with the script's restore
     restart_manager, other_step = train_tpu.checkpointing(str(tmp_path), other, other_opt)
     assert train_tpu.restore(restart_manager, other_step, ORDER) == (5 if after_commit else 4)
     expected = model.get_weights() if after_commit else committed
     assert _same(other.get_weights(), expected)
-    # The restarted run saves on as usual, and its manager keeps max_to_keep checkpoints.
+    # The restarted run saves on as usual, over the leftovers.
     other_step.assign(6)
     restart_manager.save(checkpoint_number=6)
-    assert _state(tmp_path)[0] == "ckpt-6" and len(_state(tmp_path)[1]) == 3
-
-
-def test_repair_of_an_empty_or_missing_directory_does_nothing(tmp_path):
-    assert not checkpoints.repair(tmp_path / "nowhere").changed
-    result = checkpoints.repair(tmp_path)
-    assert result.latest is None and str(result).startswith("nothing to repair")
-
-
-def test_repair_deletes_nothing_when_no_listed_checkpoint_is_complete(tmp_path):
-    model, optimizer = _trained_objects()
-    manager, step = train_tpu.checkpointing(str(tmp_path), model, optimizer)
-    for number in (2, 4):
-        manager.save(checkpoint_number=number)
-    for path in tmp_path.glob("ckpt-*"):
-        path.unlink()
-    assert tf.train.latest_checkpoint(str(tmp_path)) is None  # a silent start from step 0
-    with pytest.raises(checkpoints.CheckpointNotFoundError, match="none of them has complete"):
-        checkpoints.repair(tmp_path)
-    assert (tmp_path / checkpoints.STATE_FILE).exists()
+    assert _state(tmp_path)[0] == "ckpt-6"
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-6")
 
 
 def test_interrupt_save_refuses_an_unknown_phase():

@@ -30,7 +30,6 @@ KNOWN_OVER: dict[str, float] = {
     "bfloat16_mixed_precision": 23,
     "input_pipelines": 26,
     "model_parallelism": 28,
-    "checkpoints_and_preemption": 29,
     "scaling_out_to_pods": 23,
     "tpu_readiness_check": 26,
     "profiling_a_training_step": 24,
@@ -150,7 +149,6 @@ KNOWN_ASSERTS: dict[str, int] = {
     "custom_training_loops": 10,
     "bfloat16_mixed_precision": 11,
     "model_parallelism": 9,
-    "checkpoints_and_preemption": 11,
     "tpu_readiness_check": 7,
 }
 
