@@ -29,7 +29,6 @@ KNOWN_OVER: dict[str, float] = {
     "custom_training_loops": 24,
     "bfloat16_mixed_precision": 23,
     "input_pipelines": 28,
-    "model_parallelism": 28,
     "checkpoints_and_preemption": 29,
     "scaling_out_to_pods": 23,
     "tpu_readiness_check": 26,
@@ -149,7 +148,6 @@ KNOWN_ASSERTS: dict[str, int] = {
     "keras_compile_and_fit": 6,
     "custom_training_loops": 10,
     "bfloat16_mixed_precision": 11,
-    "model_parallelism": 9,
     "checkpoints_and_preemption": 11,
     "tpu_readiness_check": 7,
 }
