@@ -75,7 +75,7 @@ def train_worker(out: str, script_args: Sequence[str]) -> None:
         "input_pipeline_id": int(ctx.input_pipeline_id),
         "num_input_pipelines": int(ctx.num_input_pipelines),
         "files": [os.path.basename(f) for f in _train_files(args.data_dir, ctx)],
-        "example_ids": example_numbers(batches, args.data_dir, ctx),
+        "example_ids": example_numbers(batches, args.data_dir, ctx, args.uint8),
         "losses": [epoch["loss"] for epoch in run.history],
         "startup_seconds": round(startup, 2),
         "test_accuracy": float(run.test_accuracy),
@@ -98,12 +98,13 @@ def _train_files(data_dir: str, ctx) -> list[str]:
     return files[ctx.input_pipeline_id :: ctx.num_input_pipelines]
 
 
-def example_numbers(batches, data_dir: str, ctx) -> list[int]:
+def example_numbers(batches, data_dir: str, ctx, uint8: bool = False) -> list[int]:
     """The numbers of the training examples in ``batches``, in order, found by their pixels.
 
     An example's number is its place among the training examples as the script wrote them: it
     deals them to its SHARDS files in turn, so the p-th record of file s is example
-    ``p * SHARDS + s``. Only this host's files are searched, a batch at a time.
+    ``p * SHARDS + s``. Only this host's files are searched, a batch at a time, parsed as the
+    script's ``parse`` gives them to the model (``uint8``: its --uint8).
     """
     import tensorflow as tf
 
@@ -115,7 +116,7 @@ def example_numbers(batches, data_dir: str, ctx) -> list[int]:
     for name in _train_files(data_dir, ctx):
         shard, position = int(os.path.basename(name).split("-")[1]), 0
         records = tf.data.TFRecordDataset(name).batch(1024)
-        for xs, _ in records.map(lambda r: train_tpu.parse(r, data)):
+        for xs, _ in records.map(lambda r: train_tpu.parse(r, data, uint8)):
             for x in xs.numpy():
                 if (key := x.tobytes()) in wanted:
                     wanted[key] = position * train_tpu.SHARDS + shard
