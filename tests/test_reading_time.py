@@ -30,7 +30,6 @@ KNOWN_OVER: dict[str, float] = {
     "bfloat16_mixed_precision": 23,
     "input_pipelines": 28,
     "checkpoints_and_preemption": 29,
-    "scaling_out_to_pods": 23,
     "tpu_readiness_check": 26,
     "profiling_a_training_step": 24,
     "keras3_on_jax": 23,
