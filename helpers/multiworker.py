@@ -11,11 +11,11 @@ Two layers:
   checked first, waits with a deadline, and **always** kills and reaps them: on success, error,
   timeout or ``KeyboardInterrupt`` (the notebook's stop button). A worker also dies by itself if
   the process that started it disappears, so nothing is left running.
-- :func:`train_on_loopback` uses it to train the reference script's model on N workers, with
-  the script's pipeline and step (each runs the program :mod:`helpers._programs.worker`, whose
-  ``train_worker`` notebook 09_scaling_out_to_pods prints), and returns what every worker read and ended with, so a
-  notebook can check that the shards were disjoint and that all workers hold the same weights,
-  and worker 0's weights after every step, so that it can repeat each step on one device.
+- :func:`train_on_loopback` uses it to run the reference script's ``main()`` on N workers (each
+  runs the program :mod:`helpers._programs.worker`, whose ``train_worker`` notebook
+  09_scaling_out_to_pods prints), and returns what every worker read and ended with, so a notebook can
+  check that the shards were disjoint and that all workers hold the same weights, and repeat
+  the run on one device.
 
 Each worker uses one CPU device: these are separate processes, not the notebook's simulated TPU.
 
@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 
 from helpers import processes
-from tpucheck import batches
 from tpucheck.batches import positive_int
 
 # (notebook 09_scaling_out_to_pods calls it here)
@@ -408,8 +407,9 @@ def _raise_failure(index: int, proc, workdir: Path, ports: Sequence[int]):
 class WorkerOutcome:
     """What one worker reports after training: its files, examples, losses and final weights.
 
-    ``example_ids``: the training-set numbers of the examples its pipeline gave, step by step.
-    ``history``: the weights after each step (worker 0's only; the others hold the same).
+    ``example_ids``: the numbers of the training examples its pipeline gave, in order
+    (:func:`helpers._programs.worker.example_numbers`); ``losses``: the script's loss of each
+    epoch; the rest: the numbers of the script's run (its ``main()``'s return).
     """
 
     task_id: int
@@ -423,7 +423,13 @@ class WorkerOutcome:
     seconds: float = 0.0
     startup_seconds: float = 0.0
     files: list[str] = field(default_factory=list)
-    history: list[list[np.ndarray]] = field(default_factory=list, repr=False)
+    test_accuracy: float = 0.0
+    global_batch: int = 0
+    steps: int = 0
+    epochs: int = 0
+    examples: int = 0
+    learning_rate: float = 0.0
+    seed: int = 0
 
 
 @dataclass
@@ -435,44 +441,29 @@ class LoopbackRun:
     pids: list[int]
     seconds: float
     isolated: bool
-    learning_rate: float = 1e-3  # what the workers trained with, to repeat it on one device
-    seed: int = 0
 
 
 def train_on_loopback(
     data_dir: str | Path,
+    script_args: Sequence[str] = (),
     *,
     num_workers: int = 2,
-    global_batch_size: int = 64,
-    steps: int = 20,
-    learning_rate: float = 1e-3,
-    seed: int = 0,
-    examples: int | None = None,
     ports: Sequence[int] | None = None,
     timeout: float = 180.0,
     isolate: bool | None = None,
 ) -> LoopbackRun:
-    """Train the script's model on ``num_workers`` local worker processes; return what each read.
+    """Run the reference script on ``num_workers`` local worker processes; return what each read.
 
-    ``data_dir`` holds the TFRecords that ``train_tpu.write_tfrecords`` wrote; each worker reads
-    its own files of it (the script's ``host_files``), ``examples`` of them in all (default:
-    every training example). The workers' logs and reports go to a temporary folder removed
-    afterwards; the results are returned in memory.
+    Every worker runs ``train_tpu.main(["--data-dir", data_dir, "--ckpt-dir", its own folder,
+    *script_args])`` under ``MultiWorkerMirroredStrategy``. ``data_dir`` holds the TFRecords the
+    script wrote (``--prepare``): on more than one host it refuses to write them itself. The
+    workers' logs, checkpoints and reports go to a temporary folder removed afterwards; the
+    results are returned in memory.
     Taught in notebook 09.
     """
-    batches.per_replica_batch(global_batch_size, num_workers, over="worker")
     started = time.monotonic()
-    command = [
-        "-m",
-        WORKER_PROGRAM,
-        "--data-dir",
-        str(data_dir),
-        "--out",
-        "{workdir}/worker{index}",
-    ]
-    command += ["--global-batch-size", str(global_batch_size), "--steps", str(steps)]
-    command += ["--learning-rate", str(learning_rate), "--seed", str(seed)]
-    command += ["--examples", str(examples)] if examples else []
+    script = ["--data-dir", str(data_dir), "--ckpt-dir", "{workdir}/ckpt{index}", *script_args]
+    command = ["-m", WORKER_PROGRAM, "--out", "{workdir}/worker{index}", "--script", *script]
     with tempfile.TemporaryDirectory(prefix="multiworker-") as tmp:
         ports = list(ports) if ports is not None else free_ports(num_workers)
         runs = run_workers(
@@ -485,8 +476,6 @@ def train_on_loopback(
         pids=[run.pid for run in runs],
         seconds=round(time.monotonic() - started, 2),
         isolated=runs[0].isolated,
-        learning_rate=learning_rate,
-        seed=seed,
     )
 
 
@@ -500,10 +489,4 @@ def _load_outcome(prefix: Path, run: WorkerRun) -> WorkerOutcome:
     report = json.loads(report_path.read_text())
     with np.load(prefix.with_suffix(".npz")) as saved:
         weights = [saved[f"w{i}"] for i in range(len(saved.files))]
-    history = []
-    for step in range(len(report["losses"])):
-        path = prefix.parent / f"{prefix.name}-step{step}.npz"
-        if path.exists():
-            with np.load(path) as saved:
-                history.append([saved[f"arr_{i}"] for i in range(len(saved.files))])
-    return WorkerOutcome(weights=weights, seconds=run.seconds, history=history, **report)
+    return WorkerOutcome(weights=weights, seconds=run.seconds, **report)

@@ -279,6 +279,11 @@ class PodLaunch:
             f"export TPU_NAME={self.name} TPU_LOAD_LIBRARY=0; python3 train_tpu.py {args}",
         )
 
+    def _prepare(self) -> str:
+        """Worker 0 writes the TFRecords to the bucket: on a pod the script refuses to write them
+        while training (no host may write alone), and --prepare stops before the TPU starts."""
+        return self._on("0", f"python3 train_tpu.py --prepare --data-dir {self.data_dir}")
+
     def steps(self) -> list[Step]:
         """The launch, in order; each step's commands run on your own machine (gcloud)."""
         wait = (
@@ -322,7 +327,10 @@ class PodLaunch:
                     "--worker=all",
                 ),
             ),
-            Step("Train: worker 0 runs the one program, the client", (self._train(False),)),
+            Step(
+                "Train: worker 0 writes the TFRecords once, then runs the one program, the client",
+                (self._prepare(), self._train(False)),
+            ),
             Step(
                 "Preempted (the whole slice): delete it, create it again, resume from the bucket",
                 (

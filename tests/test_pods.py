@@ -89,7 +89,11 @@ def test_the_steps_create_prepare_every_worker_and_run_on_worker_0_only():
     assert any("tpu-vm scp train_tpu.py my-pod:~/" in c for c in prepare)
     assert any("import tensorflow" in c for c in prepare)
     runs = [c for s in steps for c in s.commands if "python3 train_tpu.py" in c]
-    assert len(runs) == 2 and all("--worker=0 " in c for c in runs)
+    writes = [c for c in runs if "--prepare" in c]  # a pod's hosts never write them while training
+    assert len(writes) == 1 and "--data-dir gs://my-bucket/" in writes[0]
+    assert all("--worker=0 " in c for c in runs)
+    runs = [c for c in runs if c not in writes]
+    assert len(runs) == 2
     assert all("export TPU_NAME=my-pod TPU_LOAD_LIBRARY=0;" in c for c in runs)
     assert "--require-checkpoint" not in runs[0] and runs[1].endswith('--require-checkpoint"')
     assert "roles/storage.objectAdmin" in text and "--location=us-central2" in text

@@ -29,8 +29,6 @@ KNOWN_OVER: dict[str, float] = {
     "custom_training_loops": 24,
     "bfloat16_mixed_precision": 23,
     "input_pipelines": 26,
-    "model_parallelism": 28,
-    "scaling_out_to_pods": 23,
     "tpu_readiness_check": 26,
     "profiling_a_training_step": 24,
     "keras3_on_jax": 23,
@@ -148,7 +146,6 @@ KNOWN_ASSERTS: dict[str, int] = {
     "keras_compile_and_fit": 6,
     "custom_training_loops": 10,
     "bfloat16_mixed_precision": 11,
-    "model_parallelism": 9,
     "tpu_readiness_check": 7,
 }
 

@@ -1,9 +1,9 @@
 """One worker of notebook 09_scaling_out_to_pods's local cluster: run only in a child process.
 
-``python -m helpers._programs.worker --data-dir TFRECORDS --out PREFIX ...`` joins the cluster
-that its ``TF_CONFIG`` names, trains the reference script's model with its pipeline and step
-under ``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which notebook 09_scaling_out_to_pods prints), and
-writes ``PREFIX.json`` (what it read) and ``PREFIX.npz`` (its weights).
+``python -m helpers._programs.worker --out PREFIX --script ARGS...`` joins the cluster that its
+``TF_CONFIG`` names and runs the reference script's ``main(ARGS)`` under
+``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which notebook 09_scaling_out_to_pods prints), then
+writes ``PREFIX.json`` (what it read) and ``PREFIX.npz`` (its final weights).
 ``--hold-network`` instead keeps a private network namespace alive for the workers to join. It
 dies with the process that started it. The parent side is :mod:`helpers.multiworker`.
 """
@@ -29,86 +29,24 @@ import numpy as np
 from helpers import processes
 from helpers.multiworker import PARENT_PID_ENV
 
-__all__ = ["fit_script_worker", "train_worker"]
+__all__ = ["example_numbers", "train_worker"]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
 # `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
 
 
-def train_worker(
-    data_dir: str,
-    out: str,
-    global_batch_size: int,
-    steps: int,
-    learning_rate: float,
-    seed: int,
-    examples: int | None = None,
-) -> None:
+def train_worker(out: str, script_args: Sequence[str]) -> None:
     """The program every worker runs (``python -m helpers._programs.worker``); notebook 09_scaling_out_to_pods prints it.
 
-    The same code runs on every worker: the reference script's pipeline, model and step.
-    ``TF_CONFIG`` tells each worker who it is; the strategy connects them, calls the pipeline
-    once per worker with that worker's InputContext, and all-reduces the gradients so all
-    workers apply the same update. The model is the script's ``EXACT`` one (float32, as
-    ``--no-bf16``), so that one device can later repeat the training up to float32 rounding.
-    Taught in notebook 09.
+    Each worker is one host of a cluster that ``TF_CONFIG`` names: it runs the reference script's
+    ``main(script_args)`` unchanged, with ``MultiWorkerMirroredStrategy`` as its strategy. The
+    script asks the strategy for one pipeline per host, so each worker reads its own files; the
+    strategy all-reduces the gradients, so every worker applies the same update. Afterwards the
+    worker rebuilds its pipeline with the same arguments (it is seeded: the same batches) and
+    writes ``PREFIX.json`` (its context, files, the numbers of the examples it trained on, the
+    run's numbers) and ``PREFIX.npz`` (its final weights).
     """
     started = time.monotonic()
-    import tensorflow as tf
-
-    from train_tpu import EXACT, build, host_files, make_train_step, many_steps, train_dataset
-
-    tf.config.threading.set_intra_op_parallelism_threads(1)  # N workers share this machine
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG, waits for all
-    startup = time.monotonic() - started
-    contexts = []
-
-    def dataset_fn(ctx: tf.distribute.InputContext):
-        contexts.append(ctx)  # called once per worker, with that worker's context
-        batch = ctx.get_per_replica_batch_size(global_batch_size)
-        return train_dataset(data_dir, ctx, batch, steps, 1, seed=seed, examples=examples)
-
-    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    model, optimizer = build(strategy, learning_rate, **EXACT, seed=seed)
-    train_steps = many_steps(strategy, make_train_step(model, optimizer, global_batch_size))
-    one = tf.constant(1)  # one step per call, to see every step's (global batch's) loss
-    losses = []
-    for step in range(steps):
-        losses.append(float(train_steps(iterator, one)))
-        if strategy.cluster_resolver.task_id == 0:  # the weights after each step, to check it
-            np.savez(f"{out}-step{step}.npz", *[v.numpy() for v in model.weights])
-
-    ctx = contexts[0]
-    local_batches = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # per step, this worker
-    np.savez(f"{out}.npz", **{f"w{i}": v.numpy() for i, v in enumerate(model.weights)})
-    report = {
-        "task_id": int(strategy.cluster_resolver.task_id),
-        "replicas_in_sync": int(strategy.num_replicas_in_sync),
-        "devices": list(strategy.extended.worker_devices),
-        "input_pipeline_id": int(ctx.input_pipeline_id),
-        "num_input_pipelines": int(ctx.num_input_pipelines),
-        "files": [os.path.basename(f) for f in host_files(data_dir, "train", ctx)],
-        "example_ids": _example_numbers(dataset_fn(ctx).take(steps * local_batches), data_dir, ctx),
-        "losses": losses,
-        "startup_seconds": round(startup, 2),
-    }
-    Path(f"{out}.json").write_text(json.dumps(report))
-
-
-def fit_script_worker(out: str, script_args: Sequence[str]) -> None:
-    """Run the reference script's ``main(script_args)`` on this worker: its ``--fit`` on a pod.
-
-    The script builds its training data with ``distribute_datasets_from_function``, one
-    pipeline per host; here each worker is a host. Every pipeline the script asks for is
-    recorded, and ``PREFIX.json`` lists the training examples each one gave (found as
-    :func:`train_worker` finds them), so a test can check that no two workers read the same one.
-    Run it with tf-keras (``TF_USE_LEGACY_KERAS=1``): Keras 3's fit averages its first batch
-    over the replicas with ``strategy.reduce``, which ``MultiWorkerMirroredStrategy`` refuses
-    for a per-replica value ("Attempt to convert a value (PerReplica...)"; the family of
-    tensorflow/tensorflow#72388, whose workaround is tf-keras too).
-    """
     import tensorflow as tf
 
     import train_tpu
@@ -116,50 +54,74 @@ def fit_script_worker(out: str, script_args: Sequence[str]) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(1)  # N workers share this machine
     tf.config.threading.set_inter_op_parallelism_threads(1)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG, waits for all
-    calls = []
-    script_dataset = train_tpu.train_dataset
+    startup = time.monotonic() - started
+    run = train_tpu.main(list(script_args), strategy=strategy)
 
-    def recorded(data_dir, ctx, batch, steps_per_epoch, epochs, *more, **kw):
-        calls.append((data_dir, ctx, batch, steps_per_epoch, epochs, more, kw))
-        return script_dataset(data_dir, ctx, batch, steps_per_epoch, epochs, *more, **kw)
-
-    train_tpu.train_dataset = recorded
-    status = train_tpu.main(list(script_args), strategy=strategy)
-    read = []
-    for data_dir, ctx, batch, steps_per_epoch, epochs, more, kw in calls:
-        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # batches per step here
-        batches = script_dataset(data_dir, ctx, batch, steps_per_epoch, epochs, *more, **kw)
-        read.append(_example_numbers(batches.take(steps_per_epoch * epochs * local), data_dir, ctx))
-    report = {"task_id": int(strategy.cluster_resolver.task_id), "status": status, "read": read}
+    args, data, contexts = train_tpu.parse_args(list(script_args)), train_tpu.FashionMNIST(), []
+    strategy.distribute_datasets_from_function(
+        lambda c: contexts.append(c) or tf.data.Dataset.range(1)
+    )
+    ctx = contexts[0]  # this worker's InputContext, as main() got it
+    args.data_dir = args.data_dir or f"{data.NAME}_tfrecords"  # main()'s default
+    batch = ctx.get_per_replica_batch_size(run.global_batch)
+    kw = dict(seed=args.seed, take=run.examples, uint8=args.uint8)
+    batches = train_tpu.train_dataset(args.data_dir, ctx, batch, data, run.steps, args.epochs, **kw)
+    model = train_tpu.keras.models.load_model(f"{args.ckpt_dir}/model.keras", compile=False)
+    np.savez(f"{out}.npz", **{f"w{i}": w for i, w in enumerate(model.get_weights())})
+    report = {
+        "task_id": int(strategy.cluster_resolver.task_id),
+        "replicas_in_sync": int(strategy.num_replicas_in_sync),
+        "devices": list(strategy.extended.worker_devices),
+        "input_pipeline_id": int(ctx.input_pipeline_id),
+        "num_input_pipelines": int(ctx.num_input_pipelines),
+        "files": [os.path.basename(f) for f in _train_files(args.data_dir, ctx)],
+        "example_ids": example_numbers(batches, args.data_dir, ctx, args.uint8),
+        "losses": [epoch["loss"] for epoch in run.history],
+        "startup_seconds": round(startup, 2),
+        "test_accuracy": float(run.test_accuracy),
+        "global_batch": int(run.global_batch),
+        "steps": int(run.steps),
+        "epochs": int(args.epochs),
+        "examples": int(run.examples),
+        "learning_rate": float(run.lr),
+        "seed": int(args.seed),
+    }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report))
 
 
-def _example_numbers(batches, data_dir: str, ctx) -> list[int]:
-    """The training-set numbers of the examples in ``batches``, in order, found by their pixels.
+def _train_files(data_dir: str, ctx) -> list[str]:
+    """This host's training files, as the script's read_records picks them."""
+    import tensorflow as tf
 
-    The pipeline is seeded and deterministic, so a second pass over it gives the batches the
-    worker trained on (the one-device replay of notebook 09_scaling_out_to_pods checks that: other batches would
-    give other weights). An example's number is its position in the training files read in
-    order, which is its row in the arrays they were written from; the files' example counts
-    are in the info.json that ``write_tfrecords`` writes last.
+    files = sorted(tf.io.gfile.glob(f"{data_dir}/train-*-of-*.tfrecord"))
+    return files[ctx.input_pipeline_id :: ctx.num_input_pipelines]
+
+
+def example_numbers(batches, data_dir: str, ctx, uint8: bool = False) -> list[int]:
+    """The numbers of the training examples in ``batches``, in order, found by their pixels.
+
+    An example's number is its place among the training examples as the script wrote them: it
+    deals them to its SHARDS files in turn, so the p-th record of file s is example
+    ``p * SHARDS + s``. Only this host's files are searched, a batch at a time, parsed as the
+    script's ``parse`` gives them to the model (``uint8``: its --uint8).
     """
     import tensorflow as tf
 
-    from train_tpu import host_files, parse_batch
+    import train_tpu
 
-    with tf.io.gfile.GFile(f"{data_dir}/info.json") as f:
-        first = np.cumsum([0, *json.load(f)["train"]])  # the number of each file's first example
-    read = [image.tobytes() for images, _ in batches for image in images.numpy()]
+    data = train_tpu.FashionMNIST()
+    read = [x.tobytes() for xs, *_ in batches for x in xs.numpy()]
     wanted = dict.fromkeys(read)  # numbers are looked up for these only: a small dictionary
-    for name in host_files(data_dir, "train", ctx):  # this worker's files only, a batch at a time
-        start = int(first[int(os.path.basename(name).split("-")[1])])
-        for images, _ in tf.data.TFRecordDataset(name).batch(1024).map(parse_batch):
-            for image in images.numpy():
-                if (key := image.tobytes()) in wanted:
-                    wanted[key] = start
-                start += 1
-    return [wanted[image] for image in read]
+    for name in _train_files(data_dir, ctx):
+        shard, position = int(os.path.basename(name).split("-")[1]), 0
+        records = tf.data.TFRecordDataset(name).batch(1024)
+        for xs, _ in records.map(lambda r: train_tpu.parse(r, data, uint8)):
+            for x in xs.numpy():
+                if (key := x.tobytes()) in wanted:
+                    wanted[key] = position * train_tpu.SHARDS + shard
+                position += 1
+    return [wanted[x] for x in read]
 
 
 def _loopback_up() -> None:
@@ -208,39 +170,21 @@ def _die_with_parent() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hold-network", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--data-dir", help="the TFRecord folder train_tpu.write_tfrecords wrote")
     parser.add_argument("--out", help="path prefix for <out>.json and <out>.npz")
-    parser.add_argument("--global-batch-size", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--examples", type=int, help="training examples to use (default: all)")
     parser.add_argument(
-        "--script", nargs=argparse.REMAINDER, help="run train_tpu.py's main with these arguments"
+        "--script", nargs=argparse.REMAINDER, help="train_tpu.py's arguments for its main()"
     )
     args = parser.parse_args(argv)
     processes.default_sigint()
     if args.hold_network:
         return _hold_network()
-    if args.script is not None and args.out:
-        _die_with_parent()
-        sys.modules.setdefault("jax", None)
-        return fit_script_worker(args.out, args.script)
-    if not (args.data_dir and args.out):
-        parser.error("--data-dir and --out are required")
+    if args.script is None or not args.out:
+        parser.error("--out and --script are required")
     _die_with_parent()
     # TensorFlow's TFLite converter imports JAX when it is installed (Colab's image, this
     # collection's main stack): about 110 MB per worker that it never uses.
     sys.modules.setdefault("jax", None)
-    train_worker(
-        args.data_dir,
-        args.out,
-        args.global_batch_size,
-        args.steps,
-        args.learning_rate,
-        args.seed,
-        args.examples,
-    )
+    train_worker(args.out, args.script)
 
 
 if __name__ == "__main__":
