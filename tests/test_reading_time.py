@@ -34,7 +34,6 @@ KNOWN_OVER: dict[str, float] = {
     "scaling_out_to_pods": 23,
     "tpu_readiness_check": 26,
     "profiling_a_training_step": 24,
-    "keras3_on_jax": 23,
 }
 
 
