@@ -3,11 +3,11 @@
 TensorFlow into the JAX process.
 
 One child process with the JAX backend runs the lesson's cells as stored (the three names the
-parts take from the script's imports part, then the two parts): both of the data part's
-Fashion-MNIST routes (Debian's files, and Keras' download, here from a cache made of the same
-files) give the same arrays; ``build`` takes a ``keras.distribution`` in the strategy's place and
-builds the CNN with its uint8 input, bfloat16 layers, float32 logits and Adam's slots; and
-TensorFlow is still not imported at the end.
+parts take from the script's imports part, then the two parts): the data part's
+``FashionMNIST`` reads Keras' download (here a cache made of Debian's files) and hands out every
+example with the script's splits; ``build`` takes a ``keras.distribution`` in the strategy's
+place and builds the CNN with its uint8 input, bfloat16 layers, float32 logits and Adam's slots;
+and TensorFlow is still not imported at the end.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from conftest import _run_python
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "12_keras3_on_jax.ipynb"
 CELLS = ("script-names", "part-data", "part-model")
-DEBIAN = Path("/usr/share/datasets/fashion-mnist")  # train_tpu.IDX_DIR
+DEBIAN = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
 
 SCRIPT = """
-import json, os, sys
+import collections, json, os, sys
 from helpers import jax_port
 jax_port.configure(8)
 import jax, keras, numpy as np
@@ -32,14 +32,19 @@ import jax, keras, numpy as np
 lesson = dict(os=os, keras=keras, np=np)
 for cell in CELLS:
     exec(cell, lesson)
-debian = lesson["load_fashion_mnist"]()
-lesson["IDX_DIR"] = "/nonexistent"  # the route Colab and Kaggle take: Keras' download (cached)
-downloaded = lesson["load_fashion_mnist"]()
-same = all(np.array_equal(a, b) for pair in zip(debian, downloaded) for a, b in zip(*pair))
-model, optimizer = lesson["build"](keras.distribution.DataParallel(devices=jax.devices()), 1e-3)
-logits = model.predict(debian[1][0][:64].reshape(-1, 28, 28, 1), batch_size=64, verbose=0)
+data = lesson["FashionMNIST"]()
+splits, first = collections.Counter(), None
+for name, split, item in data.examples():
+    splits[split] += 1
+    first = first or data.read(item)
+x, label = first
+model, optimizer = lesson["build"](
+    keras.distribution.DataParallel(devices=jax.devices()), 1e-3,
+    shape=data.SHAPE, classes=len(data.CLASSES), uint8=True,
+)
+logits = model.predict(np.stack([x] * 64), batch_size=64, verbose=0)
 print("RESULT" + json.dumps(dict(
-    same=same, train=len(debian[0][0]), dtype=str(debian[0][0].dtype),
+    splits=dict(splits), shape=list(x.shape), dtype=str(x.dtype), label=label,
     input_dtype=str(model.inputs[0].dtype), hidden_dtype=model.layers[2].dtype_policy.name,
     logits_dtype=str(logits.dtype), logits_shape=list(logits.shape),
     finite=bool(np.all(np.isfinite(logits))), slots=len(optimizer.variables),
@@ -55,12 +60,15 @@ def test_notebook_12s_script_parts_run_on_jax_without_tensorflow(tmp_path):
     for file in DEBIAN.glob("*.gz"):
         shutil.copy(file, cache)
     cells = {c["id"]: "".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]}
-    assert "def load_fashion_mnist" in cells["part-data"] and "def build(" in cells["part-model"]
-    env = {"HOME": str(tmp_path), "KERAS_BACKEND": None, "XLA_FLAGS": None}
+    assert "class FashionMNIST" in cells["part-data"] and "def build(" in cells["part-model"]
+    env = {"HOME": str(tmp_path), "KERAS_HOME": None, "KERAS_BACKEND": None, "XLA_FLAGS": None}
     stored = [cells[name] for name in CELLS]
     out = _run_python(f"CELLS = {stored!r}\n" + SCRIPT, env=env).stdout
     result = json.loads(out.split("RESULT", 1)[1])
-    assert result["same"] and result["train"] == 60000 and result["dtype"] == "uint8"
+    splits = result["splits"]
+    assert splits["test"] == 10000 and splits["train"] + splits["validation"] == 60000
+    assert 0.09 < splits["validation"] / 60000 < 0.11  # split_of holds out a tenth
+    assert result["shape"] == [28, 28, 1] and result["dtype"] == "uint8"
     assert result["input_dtype"] == "uint8" and result["hidden_dtype"] == "mixed_bfloat16"
     assert result["logits_dtype"] == "float32" and result["logits_shape"] == [64, 10]
     assert result["finite"]

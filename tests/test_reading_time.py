@@ -31,7 +31,6 @@ KNOWN_OVER: dict[str, float] = {
     "input_pipelines": 26,
     "tpu_readiness_check": 26,
     "profiling_a_training_step": 24,
-    "keras3_on_jax": 23,
 }
 
 
