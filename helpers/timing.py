@@ -12,8 +12,8 @@ Three rules make a timing of TensorFlow code mean something:
 To compare two variants, :func:`compare` alternates them (A B, B A, A B ...) so that a slow spell
 of the machine hits both, and reports the ratio of their medians with the spread of the ratios
 of each pair; :func:`compare_timings` and :func:`compare_throughput` let several tasks or
-``tf.data`` pipelines take turns (notebook 06_input_pipelines). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch. Every timing in the helpers, the self-test and
-``tools/bench`` comes from this module.
+``tf.data`` pipelines take turns (notebook 06_input_pipelines). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch.
+Every timing in the helpers and the self-test comes from this module.
 """
 
 from __future__ import annotations
