@@ -2,10 +2,7 @@
 
 - the global batch itself: :mod:`tpucheck.batches` (``plan_batch``);
 - :func:`steps_per_execution_for`: how many steps ``fit`` may run per call on *this* strategy;
-- :func:`whole_executions`: a number of steps rounded down to whole calls (Keras rounds up);
-- :func:`single_device_evaluation`: the loss on one device, to prove that distribution did not
-  change it (the self-test's fit check);
-- :func:`time_fit`: seconds per step of ``fit`` in steady state, to compare strategies.
+- :func:`whole_executions`: a number of steps rounded down to whole calls (Keras rounds up).
 
 Notebook 03_keras_compile_and_fit writes the learning-rate rule in plain TensorFlow, and takes
 the ``steps_per_execution`` choice from ``train_tpu.fit_steps_per_execution`` and the epoch of
@@ -14,24 +11,14 @@ whole calls from ``train_tpu.epoch_plan``.
 
 from __future__ import annotations
 
-import math
-import statistics
-from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
-
-from helpers import timing
 from tpucheck.batches import positive_int
 
 __all__ = [
     "cross_device_ops_name",
-    "Evaluation",
-    "FitTiming",
-    "single_device_evaluation",
     "steps_per_execution_for",
     "StepsChoice",
-    "time_fit",
     "whole_executions",
 ]
 
@@ -139,108 +126,3 @@ def whole_executions(steps: int, steps_per_execution: int) -> int:
             f" data Keras would run {steps_per_execution}. Choose steps_per_execution <= {steps}."
         )
     return steps // steps_per_execution * steps_per_execution
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """Mean loss and accuracy over ``examples`` examples (see :func:`single_device_evaluation`)."""
-
-    loss: float
-    accuracy: float
-    examples: int
-
-
-def single_device_evaluation(model, x, y, batch_size: int = 256) -> Evaluation:
-    """Mean cross-entropy and accuracy of ``model``'s current weights, computed on one device.
-
-    The reference for checking that distribution did not change the maths: a fresh copy of the
-    model with the same weights, outside any strategy, on ``/cpu:0``; its logits are turned into
-    the loss in float64 NumPy, independently of Keras' loss code. ``model`` must output logits;
-    ``y`` holds integer class labels. Call it outside ``strategy.scope()``.
-    """
-    import keras
-    import tensorflow as tf
-
-    if tf.distribute.has_strategy():
-        raise RuntimeError(
-            "single_device_evaluation() was called inside a strategy.scope(); call it outside, "
-            "so that the copy of the model lives on one device"
-        )
-    x, y = np.asarray(x), np.asarray(y)
-    if len(x) == 0 or len(x) != len(y):
-        raise ValueError(
-            f"need as many labels as examples (at least one); got {len(x)} and {len(y)}"
-        )
-    positive_int("batch_size", batch_size)
-    with tf.device("/cpu:0"):
-        copy = keras.models.clone_model(model)
-        copy.set_weights(model.get_weights())
-        logits = np.concatenate(
-            [
-                np.asarray(copy(x[i : i + batch_size], training=False))
-                for i in range(0, len(x), batch_size)
-            ]
-        ).astype(np.float64)
-    if logits.ndim != 2 or y.max() >= logits.shape[1] or y.min() < 0:
-        raise ValueError(
-            f"expected logits of shape (examples, classes) and labels in [0, classes); got "
-            f"logits {logits.shape} and labels from {y.min()} to {y.max()}"
-        )
-    shifted = logits - logits.max(axis=1, keepdims=True)  # log-softmax without overflow
-    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    loss = float(-log_probs[np.arange(len(y)), y].mean())
-    accuracy = float((logits.argmax(axis=1) == y).mean())
-    return Evaluation(loss, accuracy, len(y))
-
-
-@dataclass(frozen=True)
-class FitTiming:
-    """Seconds per step of ``fit``, one value per timed epoch (see :func:`time_fit`)."""
-
-    per_step: tuple[float, ...]
-    first_epoch: float
-    steps: int
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.per_step)
-
-    def __str__(self) -> str:
-        return (
-            f"{self.median * 1e3:.1f} ms per step (median of {len(self.per_step)} epochs of "
-            f"{self.steps} steps; first epoch, with tracing, {self.first_epoch:.2f} s)"
-        )
-
-
-def time_fit(model, dataset, steps: int, epochs: int = 3) -> FitTiming:
-    """Time ``model.fit(dataset)`` in steady state: ``1 + epochs`` epochs of ``steps`` steps.
-
-    The first epoch traces the step function and starts the input pipeline, so it is reported
-    apart; each later epoch gives one seconds-per-step value. One ``fit`` call serves all epochs
-    (each new ``fit`` call sets up its distributed input again). The model trains while it is
-    timed: use it when its weights no longer matter, or a copy. ``dataset`` must repeat
-    (``steps`` per epoch, a multiple of the model's ``steps_per_execution``).
-    Taught in notebook 03.
-    """
-    import tensorflow as tf
-
-    for label, value in (("steps", steps), ("epochs", epochs)):
-        positive_int(label, value)
-    spe = int(getattr(model, "steps_per_execution", 1) or 1)
-    if steps % spe:
-        raise ValueError(
-            f"steps={steps} is not a multiple of the model's steps_per_execution={spe}: Keras"
-            f" would run {math.ceil(steps / spe) * spe} steps per epoch (see whole_executions)"
-        )
-    cardinality = getattr(dataset, "cardinality", None)
-    if cardinality is not None and int(cardinality()) != int(tf.data.INFINITE_CARDINALITY):
-        # A finite dataset makes Keras cut epochs short or start the data over: no steady state.
-        raise ValueError("the dataset must repeat forever (dataset.repeat()) to time fit")
-
-    clock = timing.epoch_timer()
-    model.fit(dataset, epochs=1 + epochs, steps_per_epoch=steps, callbacks=[clock], verbose=0)
-    if len(clock.seconds) != 1 + epochs:
-        raise RuntimeError(
-            f"fit ran {len(clock.seconds)} of {1 + epochs} epochs: did a callback stop training?"
-        )
-    return FitTiming(tuple(s / steps for s in clock.seconds[1:]), clock.seconds[0], steps)

@@ -238,7 +238,7 @@ def check_replica_equivalence(
 
     A correct step function makes the replica count invisible: the weights agree up to float
     rounding. Returns an :class:`Equivalence`; call ``.check()`` on it to raise on a mismatch.
-    Taught in notebooks 04, 10.
+    Taught in notebook 10.
     """
     positive_int("steps", steps)
     if not rtol > 0:

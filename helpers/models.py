@@ -27,10 +27,10 @@ def build_classifier(
     """A multilayer perceptron from images to class **logits** (no softmax).
 
     Notebook 05_bfloat16_mixed_precision teaches the per-layer ``dtype=`` policy and the float32 output layer on the
-    reference script's CNN (``train_tpu.build_model``); this model follows the same rules.
+    reference script's CNN (``train_tpu.build_cnn``); this model follows the same rules.
     The output layer is forced to float32 so that under a ``mixed_bfloat16`` policy the logits
     and the loss stay in float32 (notebook 05_bfloat16_mixed_precision). Build it inside ``strategy.scope()`` (notebook 02_building_in_strategy_scope).
-    ``seed`` makes the initial weights reproducible, which notebooks 04_custom_training_loops and 08_checkpoints_and_preemption rely on to compare
+    ``seed`` makes the initial weights reproducible, which notebook 08_checkpoints_and_preemption relies on to compare
     runs. ``l2`` > 0 adds an L2 penalty on both kernels (``model.losses``), which a custom
     training loop must scale per replica (notebook 04_custom_training_loops). ``dtype`` is the dtype policy of the
     hidden layers, e.g. ``"mixed_bfloat16"``; None follows Keras' global policy. Set per model,
@@ -39,7 +39,7 @@ def build_classifier(
     ``input_dtype="uint8"`` takes raw 8-bit pixels and scales them to [0, 1] in the model's first
     layer, so the host ships a quarter of the bytes of float32 images and the cast runs on the
     accelerator (the TPU self-test's recipe, notebook 00_tpu_self_test).
-    Taught in notebooks 03, 06.
+    Taught in notebook 06.
     """
     import keras
 

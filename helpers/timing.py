@@ -12,9 +12,8 @@ Three rules make a timing of TensorFlow code mean something:
 To compare two variants, :func:`compare` alternates them (A B, B A, A B ...) so that a slow spell
 of the machine hits both, and reports the ratio of their medians with the spread of the ratios
 of each pair; :func:`compare_timings` and :func:`compare_throughput` let several tasks or
-``tf.data`` pipelines take turns (notebook 06_input_pipelines). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch
-(``fitting.time_fit`` builds on it). Every timing in the helpers, the self-test and
-``tools/bench`` comes from this module.
+``tf.data`` pipelines take turns (notebook 06_input_pipelines). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch.
+Every timing in the helpers and the self-test comes from this module.
 """
 
 from __future__ import annotations
@@ -181,7 +180,6 @@ def epoch_timer():
 
     Keras fetches an epoch's logs before ``on_epoch_end``, so the device work is finished when
     the clock stops. The first epoch includes tracing and compiling; compare the later ones.
-    ``fitting.time_fit`` uses it too.
     Taught in notebook 05.
     """
     import keras

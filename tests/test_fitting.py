@@ -102,46 +102,12 @@ def test_cross_device_ops_name_of_other_strategies_is_none():
     assert fitting.cross_device_ops_name(object()) is None
 
 
-# ------------------------------------------------------------- single_device_evaluation
+# ------------------------------------------------------- whole_executions, a model to fit
 def _toy_data(n=50, seed=0):
     rng = np.random.default_rng(seed)
     return rng.random((n, 4, 4, 1), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32)
 
 
-def test_single_device_evaluation_matches_keras_loss():
-    import keras
-
-    from helpers.models import build_classifier
-
-    model = build_classifier((4, 4, 1), seed=1)
-    x, y = _toy_data()
-    got = fitting.single_device_evaluation(model, x, y, batch_size=16)
-    logits = np.asarray(model(x))
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(y, logits)
-    assert got.loss == pytest.approx(float(loss), rel=1e-5)
-    assert got.accuracy == pytest.approx(float((logits.argmax(1) == y).mean()))
-    assert got.examples == 50
-
-
-def test_single_device_evaluation_refuses_bad_input():
-    import tensorflow as tf
-
-    from helpers.models import build_classifier
-
-    model = build_classifier((4, 4, 1))
-    x, y = _toy_data()
-    with pytest.raises(ValueError, match="as many labels"):
-        fitting.single_device_evaluation(model, x, y[:-1])
-    with pytest.raises(ValueError, match="labels in"):
-        fitting.single_device_evaluation(model, x, y + 10)
-    with pytest.raises(ValueError, match="batch_size"):
-        fitting.single_device_evaluation(model, x, y, batch_size=0)
-    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
-        with pytest.raises(RuntimeError, match="outside"):
-            fitting.single_device_evaluation(model, x, y)
-
-
-# ----------------------------------------------------------------------------- time_fit
 def _compiled_toy_model(steps_per_execution=1):
     import keras
 
@@ -156,38 +122,6 @@ def _compiled_toy_model(steps_per_execution=1):
     return model
 
 
-def test_time_fit_reports_one_value_per_timed_epoch():
-    import tensorflow as tf
-
-    x, y = _toy_data(64)
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
-    timing = fitting.time_fit(_compiled_toy_model(), ds, steps=3, epochs=2)
-    assert len(timing.per_step) == 2 and timing.steps == 3
-    assert all(t > 0 for t in timing.per_step) and timing.first_epoch > 0
-    assert "ms per step" in str(timing)
-
-
-def test_time_fit_needs_a_repeating_dataset_and_positive_counts():
-    import tensorflow as tf
-
-    x, y = _toy_data(32)
-    finite = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)  # 2 batches only
-    with pytest.raises(ValueError, match="must repeat"):
-        fitting.time_fit(_compiled_toy_model(), finite, steps=2, epochs=2)
-    with pytest.raises(ValueError, match="steps"):
-        fitting.time_fit(_compiled_toy_model(), finite, steps=0)
-
-
-def test_time_fit_refuses_steps_that_are_not_whole_executions():
-    import tensorflow as tf
-
-    x, y = _toy_data(64)
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
-    with pytest.raises(ValueError, match="would run 8 steps per epoch"):
-        fitting.time_fit(_compiled_toy_model(steps_per_execution=4), ds, steps=6, epochs=1)
-
-
-# ---------------------------------------------------------------------- whole_executions
 @pytest.mark.parametrize(
     ("steps", "spe", "expected"), [(58, 32, 32), (64, 32, 64), (9, 1, 9), (7, 7, 7), (100, 8, 96)]
 )
