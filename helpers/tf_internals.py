@@ -20,7 +20,6 @@ __all__ = [
     "save_steps",
     "split_to_logical_devices",
     "validate_tpu_run_function",
-    "write_checkpoint_state",
     "xla_op_sharding",
 ]
 
@@ -71,17 +70,6 @@ def assign_to_logical_device(tensor, device: int):
 
 
 # --- what the helpers need that TensorFlow does not publish --------------------------------------
-
-
-def write_checkpoint_state(directory: str, **state) -> None:
-    """Rewrite the ``checkpoint`` state file of ``directory`` (``helpers.checkpoints``, 08).
-
-    ``tf.train.CheckpointManager`` writes it through this internal function; there is no public
-    way to list only some checkpoints after a save was killed halfway.
-    """
-    from tensorflow.python.checkpoint import checkpoint_management
-
-    checkpoint_management.update_checkpoint_state_internal(directory, **state)
 
 
 def save_steps() -> dict[str, tuple[object, str]]:

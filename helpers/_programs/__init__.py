@@ -1,7 +1,5 @@
 """Programs that lessons start in child processes; nothing here is lesson API.
 
-- :mod:`helpers._programs.preemptible`: a training run that notebook 08_checkpoints_and_preemption's aside kills and
-  resumes (its parent side: :mod:`helpers.preemption`), and the collection's tests;
 - :mod:`helpers._programs.worker`: one worker of the local cluster of notebook 09_scaling_out_to_pods (its parent
   side: :mod:`helpers.multiworker`).
 
