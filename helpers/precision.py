@@ -2,7 +2,6 @@
 
 - :func:`format_table`, :func:`to_bfloat16`, :func:`rounding_table`, :func:`running_sum`: what
   bfloat16 can and cannot represent, from its bit layout;
-- :func:`global_policy`: the Keras global dtype policy, set for a ``with`` block and restored;
 - :func:`dtype_table`, :func:`check_float32_output`: which dtype each layer
   stores its weights in and computes in;
 - :func:`weight_bytes`, :func:`activation_bytes`: memory measured from the model's tensors;
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +29,6 @@ __all__ = [
     "dtype_table",
     "FloatFormat",
     "format_table",
-    "global_policy",
     "rounding_table",
     "running_sum",
     "to_bfloat16",
@@ -152,24 +149,6 @@ def running_sum(step: float, count: int, dtype: str) -> float:
         return total
 
     return float(add_up(tf.constant(step, dtype)))
-
-
-@contextmanager
-def global_policy(name: str):
-    """Set Keras' global dtype policy (e.g. ``"mixed_bfloat16"``) for a ``with`` block.
-
-    ``keras.mixed_precision.set_global_policy`` changes every layer created afterwards, in the
-    whole process, until changed again: a notebook cell that sets it and fails halfway leaves it
-    set for every later cell. This restores the previous policy on the way out, always.
-    """
-    import keras
-
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(name)
-    try:
-        yield keras.mixed_precision.global_policy()
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
 
 
 @dataclass(frozen=True)
