@@ -2,21 +2,21 @@
 
 Everything a notebook needs beyond plain TensorFlow lives here, once, with tests:
 
-- ``runtime``: where am I running, is there TPU hardware, can this TensorFlow drive it? (01)
+- ``lesson``: the start of every lesson (the simulated TPU, offline data, quiet logs);
+  ``simulation``: the simulated TPU a CPU runs the reference script on, in process or as a command
+- ``runtime``: where am I running, is there TPU hardware, can this TensorFlow drive it? (00, 01)
 - ``strategy``: ``connect()``, which calls the reference script's ``train_tpu.connect`` (01)
-- ``data``: a real dataset that works offline, and pipelines with static shapes (01, 03)
-- ``fitting``: strategy-aware ``compile``/``fit`` choices and a one-device loss check (03)
-- ``loops``: the script's step run many per call, and the 8-vs-1-replica equivalence check (04)
-- ``precision``: bfloat16 and per-layer dtypes (05); ``pipelines``: ``tf.data`` that feeds a TPU (06)
+- ``loops``: the 8-vs-1-replica equivalence check (04, 10); ``timing``: one home for every clock
+- ``precision``: bfloat16 and per-layer dtypes (05); ``pipelines``: ``tf.data`` stages to measure
+  (06, 11)
 - ``topology``: TPU topologies and device assignments, built (07; drawn by ``plots``)
-- ``checkpoints``, ``preemption`` and ``save_faults``: a ``fit`` backup that survives a kill, the
-  leftovers of a killed save, and kills at any instant of a save (08); the custom loop's
-  checkpoint and restore are the script's
+- ``save_faults``: kills at any instant of a checkpoint save (08); ``processes``: child processes
 - ``multiworker``: several worker processes on one machine (09); ``pods``: a pod slice's hosts
   and the gcloud commands that launch the reference script on it (09)
 - ``jax_port``: the same training on Keras 3 with the JAX backend, never importing TensorFlow (12)
-- ``models``, ``results``, ``expected_errors``: small shared pieces; one home each for every clock
-  (``timing``) and every plot (``plots``)
+- ``models``, ``data``, ``fitting``: small models, offline images and Keras' steps-per-call rules
+  that the tests and asides share; ``results``, ``expected_errors``, ``blocks``, ``plots``: small
+  shared pieces
 - ``tf_internals``: every TensorFlow internal the helpers use, each wrapped with the reason
   (04, 06, 07, 08)
 
