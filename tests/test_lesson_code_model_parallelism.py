@@ -19,7 +19,7 @@ from tpucheck.tpu_facts import GENERATIONS
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "07_model_parallelism.ipynb"
 TOPOLOGY_CELL = "f0008d9e"  # the v3-8 topology written by hand
-ASSIGNMENT_CELL = "8adac811"  # DeviceAssignment.build for 2 logical devices on the v3-8
+ASSIGNMENT_CELL = "8adac811"  # DeviceAssignment.build for 2 logical devices on the v5e-8
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +43,11 @@ def test_the_lessons_v3_8_topology_is_the_helpers(tf):
 
 
 def test_the_lessons_device_assignment_is_the_helpers(tf):
-    topology = T.build_topology("v3-8")
-    lesson = {"tf": tf, "topologies": {"v3-8": topology}}
+    topology = T.build_topology("v5e-8")
+    lesson = {"tf": tf, "topologies": {"v5e-8": topology}}
     printed = run_cell(ASSIGNMENT_CELL, lesson)
     helper = T.build_assignment(topology, 2)
-    assert np.array_equal(lesson["v3_pairs"].core_assignment, helper.core_assignment)
+    assert np.array_equal(lesson["pairs"].core_assignment, helper.core_assignment)
     rows = printed.splitlines()[1:]  # after the header: one row per (replica, logical device)
     table = T.assignment_table(helper)
     assert len(rows) == len(table) == 8
