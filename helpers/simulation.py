@@ -77,9 +77,9 @@ def reduce_like_tpu(tf) -> None:
     simulation would hide both. Inside a ``tf.function`` nothing changes (there a TPU reduces
     in its compiled program, and the simulation keeps its own all-reduce).
     """
-    from tensorflow.python.distribute import cross_device_ops, mirrored_strategy, values
+    from helpers.tf_internals import mirrored_reduce_parts
 
-    extended = mirrored_strategy.MirroredExtended
+    extended, distributed_values, reduce_non_distributed_value = mirrored_reduce_parts()
     if getattr(extended._reduce_to, "like_tpu", False):
         return
     mirrored = extended._reduce_to
@@ -87,8 +87,8 @@ def reduce_like_tpu(tf) -> None:
     def reduce_to(self, reduce_op, value, destinations, options):
         if tf.inside_function():
             return mirrored(self, reduce_op, value, destinations, options)
-        if not isinstance(value, values.DistributedValues):
-            return cross_device_ops.reduce_non_distributed_value(
+        if not isinstance(value, distributed_values):
+            return reduce_non_distributed_value(
                 reduce_op, value, destinations, self._num_replicas_in_sync
             )
         output = tf.math.add_n(list(value.values))

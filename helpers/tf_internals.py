@@ -15,6 +15,7 @@ import numpy as np
 __all__ = [
     "assign_to_logical_device",
     "auto_shard",
+    "mirrored_reduce_parts",
     "omit_retracing_warning",
     "replicate_to_logical_devices",
     "save_steps",
@@ -89,6 +90,19 @@ def save_steps() -> dict[str, tuple[object, str]]:
         "rename": (file_io, "rename"),
         "delete": (checkpoint_management, "_delete_file_if_exists"),
     }
+
+
+def mirrored_reduce_parts():
+    """``(MirroredExtended, DistributedValues, reduce_non_distributed_value)``: the simulated TPU
+    (``helpers.simulation``) replaces ``MirroredExtended._reduce_to`` with ``TPUExtended``'s
+    eager rule, which needs the other two; no public API exposes any of them."""
+    from tensorflow.python.distribute import cross_device_ops, mirrored_strategy, values
+
+    return (
+        mirrored_strategy.MirroredExtended,
+        values.DistributedValues,
+        cross_device_ops.reduce_non_distributed_value,
+    )
 
 
 def auto_shard(dataset, num_workers: int, index: int):

@@ -115,7 +115,7 @@ def test_an_aside_is_one_fold_on_the_page_and_a_guard_folds_its_input():
         return {"cell_type": kind, "metadata": {"tags": tags}, "source": text, **extra}
 
     cells = [
-        cell("code", "assert ok", ["guard"]),
+        cell("code", "assert ok", ["guard", "remove-input"]),  # as make sync tags a guard
         cell(
             "markdown",
             "## Aside: the simulated TPU\nSlow **here**.\n### Why\nShared cores.",
@@ -128,7 +128,7 @@ def test_an_aside_is_one_fold_on_the_page_and_a_guard_folds_its_input():
     ]
     folded = build.fold_asides_and_guards(cells)
     sources = ["".join(c["source"]) for c in folded]
-    assert "hide-input" in folded[0]["metadata"]["tags"]
+    assert "remove-input" in folded[0]["metadata"]["tags"]  # the page leaves a guard's input out
     assert sources[1].startswith('## Aside: the simulated TPU\n\n<details class="aside">')
     assert "**Why**" in sources[1] and "</details>" not in sources[1]
     assert sources[5] == "</details>\n" and sources[6] == "## What to remember"

@@ -68,13 +68,15 @@ def _parameters(cells):
 
 
 def _cell_assigning(cells, name):
-    """The source of the first code cell that assigns `name`."""
+    """The lesson's statement that assigns `name`, with the statements of its cell before it
+    (not after: a cell goes on to build and train)."""
     for cell in cells:
         source = "".join(cell["source"])
-        for node in ast.walk(ast.parse(source)):
+        statements = ast.parse(source).body
+        for i, node in enumerate(statements):
             targets = getattr(node, "targets", [])
             if any(name in {n.id for n in ast.walk(t) if isinstance(n, ast.Name)} for t in targets):
-                return source
+                return ast.unparse(ast.Module(statements[: i + 1], type_ignores=[]))
     raise AssertionError(f"no cell assigns {name}")
 
 
@@ -115,10 +117,11 @@ def test_epoch_plan_always_leaves_under_one_percent_out_in_whole_calls():
 
 @pytest.mark.parametrize("tpu", TPUS)
 def test_lesson_keras_compile_and_fit_trains_every_pass_on_a_tpu(tpu, train_images):
-    from helpers import batches, tpu_facts
+    from tpucheck import batches, tpu_facts
 
     cells, params, space = _lesson_on_a_tpu("keras_compile_and_fit", tpu, train_images)
     space.update(batches=batches, tpu_facts=tpu_facts, KIND="TPUStrategy")
+    space["examples"] = min(params["MAX_TRAIN"] or train_images, train_images)
     for name in ("batches_per_pass", "steps_per_epoch"):  # the lesson's own cells, in order
         exec(_cell_assigning(cells, name), space)
     share = space["steps_per_epoch"] / space["batches_per_pass"]
@@ -169,7 +172,7 @@ def test_the_scripts_plan_on_a_tpu_is_the_one_computed_here(tpu, fit, script_tra
 def test_lesson_tpu_readiness_check_trains_every_pass_on_a_tpu(tpu, train_images):
     cells, params, space = _lesson_on_a_tpu("tpu_readiness_check", tpu, train_images)
     space["global_batch"] = params["PER_REPLICA_BATCH"] * TPUS[tpu]  # the lesson's section 5
-    exec(_cell_assigning(cells, "batches_per_pass"), space)  # the lesson's plan cell
+    exec(_cell_assigning(cells, "steps_per_epoch"), space)  # the lesson's plan cell, to its plan
     share = space["steps_per_epoch"] / space["batches_per_pass"]
     assert share >= SHARE, f"{tpu}: {share:.1%} of each pass's {space['batches_per_pass']} batches"
     assert 1 < space["steps_per_execution"] <= 32

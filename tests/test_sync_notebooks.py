@@ -338,10 +338,13 @@ def test_an_aside_runs_to_the_next_section_folded_and_a_guard_hides_its_input():
     ]
     sync.mark_asides_and_guards(cells)
     tags = [c["metadata"].get("tags", []) for c in cells]
-    assert tags == [[], ["guard"], ["aside"], ["aside"], ["aside"], [], []]
+    assert tags == [[], ["guard", "remove-input"], ["aside"], ["aside"], ["aside"], [], []]
     assert cells[2]["metadata"]["jp-MarkdownHeadingCollapsed"] is True
     assert "jp-MarkdownHeadingCollapsed" not in cells[5]["metadata"]
-    assert "jupyter" not in cells[1]["metadata"]  # a guard runs when a reader steps through
+    # A guard's source is hidden in every client (it still runs), and its first line says why.
+    assert cells[1]["metadata"]["jupyter"] == {"source_hidden": True}
+    assert cells[1]["metadata"]["cellView"] == "form" and cells[1]["metadata"]["_kg_hide-input"]
+    assert "".join(cells[1]["source"]).startswith(sync.GUARD_TITLE)
     assert "jupyter" not in cells[3]["metadata"]
 
 

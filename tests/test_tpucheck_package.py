@@ -50,7 +50,7 @@ def test_importing_all_of_tpucheck_loads_neither_helpers_nor_tensorflow(tmp_path
 
 def test_pip_installs_it_beside_the_helpers_and_the_script():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "tpucheck" in project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert "tpucheck" in project["tool"]["setuptools"]["packages"]
 
 
 def test_the_command_names_its_commands():
