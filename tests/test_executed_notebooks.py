@@ -87,6 +87,8 @@ NO_READINESS_CHECK = {
     "tpu_self_test": "the self-test runs the script's pipeline; its input_pipeline check sees the batches",
     "model_parallelism": "topologies, and two layers split over devices by hand: no input pipeline",
     "keras3_on_jax": "Keras on JAX: the check traces TensorFlow, which this notebook never imports",
+    "checkpoints_and_preemption": "trains the script's pipeline, which 03's guards check clean",
+    "scaling_out_to_pods": "the script's pipeline again, in worker processes; 03 checks it",
 }
 
 
