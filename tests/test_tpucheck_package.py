@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
+else:  # pragma: no cover - the oldest Python (ruff's UP036 drops this with it)
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
