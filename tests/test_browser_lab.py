@@ -83,6 +83,8 @@ def test_an_untouched_lesson_opens_unmodified_and_closes_without_a_question(lab)
 
 
 def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
+    from browser.lab import outputs_seen, show_all_code
+
     page = _open(lab, STEPPED)
     cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell")
     cells.first.click()
@@ -92,7 +94,9 @@ def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
         # Shift+Enter runs a cell and selects the next; on the last one it would add a cell.
         page.keyboard.press("Shift+Enter" if index < count - 1 else "Control+Enter")
         seen = _wait_until_done(page, timeout=300)
-    # Every code cell ran, a folded aside's too: JupyterLab runs the cells under a collapsed
+    show_all_code(page)  # the hidden checks show their prompts again
+    seen = outputs_seen(page)
+    # Every code cell ran, the hidden checks too, a folded aside's too: JupyterLab runs the cells under a collapsed
     # heading when Shift+Enter reaches it. (A reader may still skip an aside; nothing after it may
     # need its names: tests/test_notebooks.py checks that.)
     assert seen["executed"] == seen["code_cells"], seen
@@ -107,6 +111,8 @@ def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
 
 
 def test_run_all_of_a_lesson_with_plots_in_smoke_mode(lab):
+    from browser.lab import outputs_seen, show_all_code
+
     page = _open(lab, RUN_ALL)
     # Make this notebook the active one first: the workspace may also restore another lesson's
     # tab (the stepping test's), and "Run All Cells" acts on whichever notebook is active.
@@ -114,7 +120,9 @@ def test_run_all_of_a_lesson_with_plots_in_smoke_mode(lab):
     page.keyboard.press("Escape")
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    seen = _wait_until_done(page, timeout=600)
+    _wait_until_done(page, timeout=600)
+    show_all_code(page)  # the hidden checks show their prompts again
+    seen = outputs_seen(page)
     assert seen["executed"] == seen["code_cells"], seen
     assert seen["stderr"] == [], seen["stderr"]
     assert seen["images"] >= 1 and seen["broken_images"] == 0, seen

@@ -144,6 +144,14 @@ def is_modified(page) -> bool:
     return "jp-mod-dirty" in (tab.get_attribute("class") or "")
 
 
+def show_all_code(page) -> None:
+    """View > Expand All Code: a cell whose source is hidden (the lessons' checks) shows no
+    prompt, so whether it ran can be read only once its source is shown again."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="View").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Expand All Code").first.click()
+    page.wait_for_timeout(500)
+
+
 def outputs_seen(page) -> dict:
     """What the open notebook shows: code cells, how many ran or run, stderr outputs (a
     traceback is one too: JupyterLab renders both as stderr), images and broken images."""
