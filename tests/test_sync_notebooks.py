@@ -255,7 +255,8 @@ def test_setup_stops_at_another_release_of_this_package(tmp_path):
 def _stand_in_remote(tmp_path: Path, tag: str | None) -> Path:
     """A git repository with this checkout's package, tagged ``tag`` (or not at all)."""
     repo = tmp_path / "remote"
-    for name in ("helpers", "pyproject.toml", "README.md"):
+    # What pyproject.toml packages: the helpers, the tools, the script and its examples.
+    for name in ("helpers", "tpucheck", "examples", "train_tpu.py", "pyproject.toml", "README.md"):
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
