@@ -35,6 +35,10 @@ LOG = [
     {"stream_name": "stderr", "time": 99.0, "data": "ResourceExhaustedError: out of HBM\n"},
 ]
 
+# Importing the client creates its config folder without exist_ok: two test workers importing it
+# at once race (FileExistsError). Create the folder it would pick first.
+if not os.environ.get("KAGGLE_CONFIG_DIR") and not (Path.home() / ".kaggle").exists():
+    (Path.home() / ".config" / "kaggle").mkdir(parents=True, exist_ok=True)
 pytest.importorskip("kaggle", reason="the kaggle client needs Python 3.11 or newer")
 needs_port_80 = pytest.mark.skipif(
     os.geteuid() != 0, reason="the kaggle client sends to localhost:80 only; binding it needs root"
