@@ -14,8 +14,7 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 - ``multiworker``: several worker processes on one machine (09); ``pods``: a pod slice's hosts
   and the gcloud commands that launch the reference script on it (09)
 - ``jax_port``: the same training on Keras 3 with the JAX backend, never importing TensorFlow (12)
-- ``models``, ``data``, ``fitting``: small models, offline images and Keras' steps-per-call rules
-  that the tests and asides share; ``results``, ``expected_errors``, ``blocks``, ``plots``: small
+- ``models``, ``data``: small models and offline images that the tests and asides share; ``results``, ``expected_errors``, ``blocks``, ``plots``: small
   shared pieces
 - ``tf_internals``: every TensorFlow internal the helpers use, each wrapped with the reason
   (04, 06, 07, 08)

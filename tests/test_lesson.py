@@ -99,8 +99,8 @@ def test_a_learners_train_tpu_in_the_working_directory_does_not_replace_the_coll
         "import sys; sys.path.insert(0, '')\nfrom helpers import lesson\n"
         f"lesson.start('v{lesson.helpers.__version__}', 2)\n"
         "import train_tpu\nprint(train_tpu.__file__)\n"
-        "import tensorflow as tf\nfrom helpers import fitting  # a helper that imports it too\n"
-        "fitting.steps_per_execution_for(tf.distribute.get_strategy())\n"
+        "from helpers.strategy import connect  # a helper that imports it too\n"
+        "connect(2)\n"
         "print(sys.modules['train_tpu'] is train_tpu)"
     )
     env = processes.child_env({"ISTPUVM": None, "PYTHONPATH": str(ours.parent)})

@@ -27,7 +27,7 @@ TWIN_CALL = re.compile(
     r"\bhelpers\.connect\(|\bstrategy\.connect\(|from helpers(?:\.strategy)? import [^\n]*\bconnect\b"
     r"|\bmodels\.build_classifier\(|\bdata\.(?:digits|make_dataset)\("
     r"|\bloops\.(?:make_train_steps|make_eval_steps|predict|build_optimizer)\("
-    r"|\bfitting\.steps_per_execution_for\(|\bcheckpoints\.(?:make_checkpoint|restore)\("
+    r"|\bcheckpoints\.(?:make_checkpoint|restore)\("
     r"|\bpreemption\.(?:build|resumable_dataset)\("
 )
 
@@ -60,7 +60,6 @@ def test_the_pattern_finds_each_kind_of_twin_call():
         "model = models.build_classifier((28, 28))",
         "images = data.digits()",
         "steps = loops.make_train_steps(strategy, model, optimizer, 64)",
-        "spe = fitting.steps_per_execution_for(strategy, 8).value",
     ):
         assert TWIN_CALL.search(line), line
     for line in (
