@@ -26,10 +26,7 @@ LIMIT = 20  # minutes
 # Lessons still over the limit, by name, with the minutes they measure now (rounded up) as a
 # ceiling: lower it when a lesson shrinks, remove the entry once the lesson is within the limit.
 KNOWN_OVER: dict[str, float] = {
-    "custom_training_loops": 20.2,
-    "input_pipelines": 26,
-    "checkpoints_and_preemption": 20.2,
-    "profiling_a_training_step": 23,
+    "input_pipelines": 24.1,  # its three script parts alone read in 7 minutes
 }
 
 
