@@ -11,7 +11,7 @@
 #
 # STACK chooses the Python + TensorFlow pair, each standing in for where users run the notebooks:
 # tools/stacks.py names them (`python3 tools/stacks.py --names`), the default first, each with its
-# requirements file, whose header (`make sync` writes it from helpers/routes.py) says what it
+# requirements file, whose header (`make sync` writes it from tpucheck/routes.py) says what it
 # stands in for and gives the Python and the replicas, as many as the platform's TPU has cores;
 # the notebooks run with that many. e.g. `make test STACK=colab`; REPLICAS=N runs the notebooks
 # with SIMULATED_REPLICAS=N. Each stack has its own virtual environment (.venv for the default,
@@ -149,7 +149,7 @@ lab: $(READY)
 check-routes: $(READY)
 	$(BIN)/python tools/check_routes.py
 
-# The platform watch: helpers/routes.py against what Colab, Kaggle and the package index publish
+# The platform watch: tpucheck/routes.py against what Colab, Kaggle and the package index publish
 # (online; RECORDED=today reads the saved copies that stand for today, as the tests do:
 # tools/platforms.py's TODAY names them; RECORDED=DIR reads another folder).
 platforms: $(READY)

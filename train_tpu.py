@@ -3,7 +3,7 @@
 The TPU Field Guide's reference script, one file to copy. Written for Kaggle's TPU v5e-8, Colab's
 v5e-1 and Cloud TPU VMs, it has run only on CPUs, as a simulated TPU of --replicas devices: no run
 on a TPU is on record. Install, then restart (python train_tpu.py --help for the rest):
-<!-- install: written by make sync from helpers/routes.py -->
+<!-- install: written by make sync from tpucheck/routes.py -->
     Colab, TPU runtime:   pip install tensorflow-tpu==2.20.0 libtpu==0.0.14
     Kaggle, TPU VM v5e-8: pip uninstall -y tensorflow tensorflow-cpu && pip install tensorflow-tpu==2.19.1
     Google Cloud TPU VM:  nothing: TensorFlow from the tpu-vm-tf-X.Y.Z-pjrt runtime image

@@ -4,24 +4,23 @@ Everything a notebook needs beyond plain TensorFlow lives here, once, with tests
 
 - ``lesson``: the start of every lesson (the simulated TPU, offline data, quiet logs);
   ``simulation``: the simulated TPU a CPU runs the reference script on, in process or as a command
-- ``runtime``: where am I running, is there TPU hardware, can this TensorFlow drive it? (00, 01)
 - ``strategy``: ``connect()``, which calls the reference script's ``train_tpu.connect`` (01)
-- ``loops``: the 8-vs-1-replica equivalence check (04, 10); ``timing``: one home for every clock
+- ``loops``: the 8-vs-1-replica equivalence check (04, 10)
 - ``precision``: bfloat16 and per-layer dtypes (05); ``pipelines``: ``tf.data`` stages to measure
   (06, 11)
-- ``topology``: TPU topologies and device assignments, built (07; drawn by ``plots``)
 - ``save_faults``: kills at any instant of a checkpoint save (08); ``processes``: child processes
-- ``multiworker``: several worker processes on one machine (09); ``pods``: a pod slice's hosts
-  and the gcloud commands that launch the reference script on it (09)
+- ``multiworker``: several worker processes on one machine (09)
 - ``jax_port``: the same training on Keras 3 with the JAX backend, never importing TensorFlow (12)
-- ``models``, ``data``: small models and offline images that the tests and asides share; ``results``, ``expected_errors``, ``blocks``, ``plots``: small
-  shared pieces
+- ``models``: small models the tests and asides share; ``results``, ``expected_errors``,
+  ``blocks``, ``plots``: small shared pieces
 - ``tf_internals``: every TensorFlow internal the helpers use, each wrapped with the reason
   (04, 06, 07, 08)
 
 The TPU tools the lessons teach and every lesson runs on its own work are a package of their
 own, ``tpucheck`` (it never imports this one): the readiness check (10), the self-test (00), the
-profile reader (11), the table of failures users post (01), the TPU's facts and batch arithmetic.
+profile reader (11), the table of failures users post (01), the TPU's facts and batch arithmetic,
+the install routes and the runtime check (00, 01), slice topologies and device assignments (07),
+the pod launch plan (09), and ``timing``, the one clock of every lesson's measured ratio.
 
 TensorFlow is imported lazily, so ``import helpers`` works even where TensorFlow is missing
 (a fresh Colab TPU runtime) and can then tell the user what to install.

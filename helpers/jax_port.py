@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers import loops, runtime
+from helpers import loops
+from tpucheck import runtime
 from tpucheck.batches import per_replica_batch
 
 __all__ = [

@@ -9,7 +9,7 @@ a few lines:
 2. TensorFlow's log lines stay out of the cells (:mod:`helpers.quiet`), and without a TPU its
    CPU memory goes back to the system when freed (the lessons' 2 GiB budget);
 3. the TensorFlow here can drive the hardware here, or the cell stops with the fix
-   (:func:`helpers.runtime.ensure_tensorflow`); for Keras on JAX, the JAX backend is set up
+   (:func:`tpucheck.runtime.ensure_tensorflow`); for Keras on JAX, the JAX backend is set up
    instead (:func:`helpers.jax_port.configure`);
 4. ``import train_tpu`` gives the collection's reference script, installed beside the helpers
    (:func:`use_collections_script`), even when the working directory holds a learner's edited
@@ -32,8 +32,10 @@ import sys
 from pathlib import Path
 
 import helpers
-from helpers import jax_port, quiet, runtime, simulation, versions
+from helpers import jax_port, quiet, simulation
 from helpers.strategy import SIMULATED_REPLICAS
+from tpucheck import host as versions
+from tpucheck import runtime
 
 __all__ = ["ForeignHelpers", "ShadowedScript", "install_source", "start", "use_collections_script"]
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 __all__ = ["build_classifier"]
 
-# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
-# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
-
 
 def build_classifier(
     image_shape: tuple[int, ...],

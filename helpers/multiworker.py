@@ -67,8 +67,6 @@ __all__ = [
     "WorkersTimedOut",
 ]
 
-# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
-# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
 
 LOOPBACK = "127.0.0.1"
 PARENT_PID_ENV = "FIELD_GUIDE_PARENT_PID"  # a worker exits when this process is gone

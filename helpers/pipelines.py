@@ -15,7 +15,7 @@ module holds what notebook 06_input_pipelines measures:
   every stage shares, incidental to the lesson;
 - ``compare_throughput`` (examples per second and CPU work per example) and
   ``compare_timings``: measurements taken in one run, the candidates taking turns round by
-  round, so that a busy machine slows every candidate alike; they live in :mod:`helpers.timing`
+  round, so that a busy machine slows every candidate alike; they live in :mod:`tpucheck.timing`
   with every other clock and are importable from here, as notebook 06_input_pipelines calls them;
 - :func:`fill_caches`: one full pass over each pipeline that caches, before it is timed;
 - :func:`input_wait_fraction`: how much of a step is spent waiting for input;
@@ -34,10 +34,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from helpers import tf_internals
-
-# Measured here in notebook 06_input_pipelines, kept with every other clock in helpers.timing.
-from helpers.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
 from tpucheck.batches import positive_int
+
+# Measured here in notebook 06_input_pipelines, kept with every other clock in tpucheck.timing.
+from tpucheck.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
 
 __all__ = [
     "STAGES",

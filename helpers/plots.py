@@ -21,9 +21,6 @@ __all__ = [
     "plot_worker_run",
 ]
 
-# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
-# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
-
 
 def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: str = ""):
     """Training curves from a Keras ``History`` (or its ``.history`` dict), one panel per metric.

@@ -6,7 +6,7 @@
   stores its weights in and computes in;
 - :func:`weight_bytes`, :func:`activation_bytes`: memory measured from the model's tensors;
 - ``epoch_timer``: seconds per training epoch, for a speed comparison (it lives in
-  ``helpers.timing``, with every other clock; imported here, where notebook 05_bfloat16_mixed_precision uses it).
+  ``tpucheck.timing``, with every other clock; imported here, where notebook 05_bfloat16_mixed_precision uses it).
 
 TensorFlow and Keras are imported inside the functions, never at module level.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # (notebook 05_bfloat16_mixed_precision calls precision.epoch_timer)
-from helpers.timing import epoch_timer  # noqa: F401
+from tpucheck.timing import epoch_timer  # noqa: F401
 
 __all__ = [
     "BITS",

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from helpers import versions
+from tpucheck import host as versions
 from tpucheck.host import TPU_ENV_HINTS
 
 __all__ = [

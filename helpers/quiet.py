@@ -19,7 +19,8 @@ import os
 import sys
 import warnings
 
-from helpers import processes, runtime
+from helpers import processes
+from tpucheck import runtime
 from tpucheck.profiling import captured_stderr as _captured_stderr
 
 __all__ = ["quiet_tensorflow"]

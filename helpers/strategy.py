@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from helpers import runtime, versions
+from tpucheck import host as versions
+from tpucheck import runtime
 
 __all__ = [
     "SIMULATED_REPLICAS",

@@ -21,7 +21,6 @@ __all__ = [
     "save_steps",
     "split_to_logical_devices",
     "validate_tpu_run_function",
-    "xla_op_sharding",
 ]
 
 
@@ -114,20 +113,6 @@ def auto_shard(dataset, num_workers: int, index: int):
     from tensorflow.python.distribute import input_ops
 
     return input_ops.auto_shard_dataset(dataset, num_workers, index, num_workers)
-
-
-def xla_op_sharding():
-    """The ``OpSharding`` proto class that XLA sharding annotations are stored as (07).
-
-    Read back from a traced graph by ``helpers.topology.sharding_annotations``; TensorFlow
-    publishes no reader for it.
-    """
-    try:
-        from tensorflow.compiler.xla import xla_data_pb2
-    except ImportError:  # pragma: no cover - newer layouts of the XLA protos
-        from local_xla.xla import xla_data_pb2
-
-    return xla_data_pb2.OpSharding
 
 
 def omit_retracing_warning(function) -> None:

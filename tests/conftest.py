@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import processes, runtime, simulation
+from helpers import processes, simulation
+from tpucheck import runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,10 +192,10 @@ class FakeClock:
 
 @pytest.fixture
 def clock(monkeypatch):
-    """helpers.timing's clock replaced by a :class:`FakeClock` (not the process-wide clock)."""
+    """tpucheck.timing's clock replaced by a :class:`FakeClock` (not the process-wide clock)."""
     from types import SimpleNamespace
 
-    from helpers import timing
+    from tpucheck import timing
 
     fake = FakeClock()
     monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=fake))

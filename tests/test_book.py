@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from notebook_files import notebook_paths, read  # noqa: E402
 
 from book import build, pages  # noqa: E402
-from helpers import routes  # noqa: E402
+from tpucheck import routes  # noqa: E402
 
 
 def _stream(name, text):

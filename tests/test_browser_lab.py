@@ -29,7 +29,7 @@ RUN_ALL = "07_model_parallelism.ipynb"  # Run All in smoke mode: a lesson with a
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    from browser.lab import Lab, copy_lessons, prepare_smoke_copy
+    from jupyterlab_driver import Lab, copy_lessons, prepare_smoke_copy
 
     folder = tmp_path_factory.mktemp("lab") / "lessons"
     copy_lessons([STEPPED], folder)
@@ -44,7 +44,7 @@ def lab(tmp_path_factory):
 
 
 def _open(lab, name: str):
-    from browser.lab import PANEL, wait_for_kernel_idle
+    from jupyterlab_driver import PANEL, wait_for_kernel_idle
 
     running, browser = lab
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -55,7 +55,7 @@ def _open(lab, name: str):
 
 
 def _wait_until_done(page, timeout: float) -> dict:
-    from browser.lab import outputs_seen, wait_for_kernel_idle
+    from jupyterlab_driver import outputs_seen, wait_for_kernel_idle
 
     deadline = time.monotonic() + timeout
     time.sleep(0.3)  # the kernel turns busy a moment after the keypress
@@ -69,7 +69,7 @@ def _wait_until_done(page, timeout: float) -> dict:
 
 
 def test_an_untouched_lesson_opens_unmodified_and_closes_without_a_question(lab):
-    from browser.lab import is_modified
+    from jupyterlab_driver import is_modified
 
     page = _open(lab, STEPPED)
     time.sleep(2)  # JupyterLab updates the notebook's metadata from the kernel's info here
@@ -83,7 +83,7 @@ def test_an_untouched_lesson_opens_unmodified_and_closes_without_a_question(lab)
 
 
 def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
-    from browser.lab import outputs_seen, show_all_code
+    from jupyterlab_driver import outputs_seen, show_all_code
 
     page = _open(lab, STEPPED)
     cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell")
@@ -111,7 +111,7 @@ def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
 
 
 def test_run_all_of_a_lesson_with_plots_in_smoke_mode(lab):
-    from browser.lab import outputs_seen, show_all_code
+    from jupyterlab_driver import outputs_seen, show_all_code
 
     page = _open(lab, RUN_ALL)
     # Make this notebook the active one first: the workspace may also restore another lesson's

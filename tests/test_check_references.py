@@ -30,12 +30,12 @@ def _(text: str) -> str:
 def test_a_planted_stale_path_or_name_is_found():
     planted = {
         _("book@page.md"): _("Built by tools@build_book.py, see `~@strategy.py` (exists)."),
-        _("~@x.py"): _('"""Uses ~.data.load_imagez and ~.nowhere, not ~.connect."""'),
+        _("~@x.py"): _('"""Uses ~.loops.load_imagez and ~.nowhere, not ~.connect."""'),
         _("notebooks@01.ipynb"): _('{"source": "tests@test_gone.py checks it"}'),
     }
     assert refs.stale_references(planted) == [
         _("book@page.md: tools@build_book.py does not exist"),
-        _("~@x.py: ~.data.load_imagez: ~@data.py defines no load_imagez"),
+        _("~@x.py: ~.loops.load_imagez: ~@loops.py defines no load_imagez"),
         _("~@x.py: ~.nowhere does not exist"),
         _("notebooks@01.ipynb: tests@test_gone.py does not exist"),
     ]

@@ -1,5 +1,5 @@
 """Notebook 07_model_parallelism writes a topology and a device assignment in plain ``tf.tpu.experimental`` calls;
-``helpers.topology`` builds the same objects for the rest of the lesson.
+``tpucheck.topology`` builds the same objects for the rest of the lesson.
 
 Each test runs the lesson's cell as stored and compares its result with the helper's.
 """
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_topology import assignment_table
 
-from helpers import topology as T
+from tpucheck import topology as T
 from tpucheck.tpu_facts import GENERATIONS
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "07_model_parallelism.ipynb"
@@ -49,7 +50,7 @@ def test_the_lessons_device_assignment_is_the_helpers(tf):
     helper = T.build_assignment(topology, 2)
     assert np.array_equal(lesson["pairs"].core_assignment, helper.core_assignment)
     rows = printed.splitlines()[1:]  # after the header: one row per (replica, logical device)
-    table = T.assignment_table(helper)
+    table = assignment_table(helper)
     assert len(rows) == len(table) == 8
     for row, expected in zip(rows, table, strict=True):
         assert row.split()[:2] == [str(expected["replica"]), str(expected["logical_device"])]

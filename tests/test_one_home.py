@@ -1,6 +1,6 @@
 """One edit follows a platform: a fact changed in its one home reaches every text after make sync.
 
-On a copy of the repository each test edits one line (Kaggle's Python in helpers/routes.py, the
+On a copy of the repository each test edits one line (Kaggle's Python in tpucheck/routes.py, the
 simulated replica count in helpers/strategy.py, the repository setting or the oldest Python in
 pyproject.toml), runs the Makefile's own `sync` and `lint` recipes, and reads what a reader would:
 README.md, the book's pages, notebook 01_tpu_detection_and_connection, the manifest, the stacks' requirements headers and every
@@ -77,7 +77,7 @@ def _python(copy: Path, code: str) -> str:
 
 
 def _routes_page(copy: Path) -> str:
-    return _python(copy, "from helpers import routes; print(routes.markdown_table())")
+    return _python(copy, "from tpucheck import routes; print(routes.markdown_table())")
 
 
 def _markdown(notebook: Path) -> str:
@@ -90,7 +90,7 @@ def test_moving_kaggle_to_python_3_13_is_one_edit(tmp_path):
     copy = _copy(tmp_path)
     _edit_sync_lint(
         copy,
-        "helpers/routes.py",
+        "tpucheck/routes.py",
         'python="3.12",\n        cores=8',
         'python="3.13",\n        cores=8',
     )
@@ -175,7 +175,7 @@ def test_dropping_the_oldest_python_is_one_edit(tmp_path):
         "(Python <!-- fact project.pythons -->3.11 to 3.13<!-- end -->," in texts["book/index.md"]
     )
     assert texts["requirements.txt"].startswith("# python: the machine's python3 (3.11 to 3.13)\n")
-    code = "from helpers import routes; print(routes.PYTHONS_CHECKED, routes.OTHER.other_python)"
+    code = "from tpucheck import routes; print(routes.PYTHONS_CHECKED, routes.OTHER.other_python)"
     assert _python(copy, code).startswith(
         "('3.11', '3.12', '3.13', '3.14') Use Python 3.11 to 3.13 "
     )

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import pipelines, timing
+from helpers import pipelines
+from tpucheck import timing
 
 
 @pytest.fixture(scope="module")

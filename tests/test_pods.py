@@ -1,11 +1,11 @@
-"""helpers.pods: a pod slice's hosts, and the commands that launch the reference script on it."""
+"""tpucheck.pods: a pod slice's hosts, and the commands that launch the reference script on it."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import pods
-from helpers import topology as T
+from tpucheck import pods
+from tpucheck import topology as T
 
 
 def launch(**changes):

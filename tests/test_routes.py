@@ -1,4 +1,4 @@
-"""helpers.routes: the install route for every platform and Python, and no pip call without one."""
+"""tpucheck.routes: the install route for every platform and Python, and no pip call without one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.metadata
 
 import pytest
 
-from helpers import routes, runtime
+from tpucheck import routes, runtime
 
 # What each platform must get, Python by Python: the tensorflow-tpu release, or None for "no
 # route". Written out by hand from the release facts so that a change to the tables shows here.

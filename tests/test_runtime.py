@@ -1,4 +1,4 @@
-"""helpers.runtime: the no-silent-fallback check (the platform and the TPU hints it reads are
+"""tpucheck.runtime: the no-silent-fallback check (the platform and the TPU hints it reads are
 tpucheck.host's: tests/test_tpucheck_host.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from helpers import routes, runtime, versions
+from tpucheck import host as versions
+from tpucheck import routes, runtime
 
 
 @pytest.fixture(autouse=True)

@@ -123,7 +123,7 @@ def test_tpu_hinted_with_a_cpu_build_raises_with_one_sentence(run_python):
     run_python(
         """
         import helpers
-        from helpers import runtime
+        from tpucheck import runtime
         try:
             helpers.connect(8)
         except runtime.TPUUnusableError as err:

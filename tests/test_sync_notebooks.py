@@ -384,7 +384,7 @@ def test_the_module_map_links_every_lesson_a_first_sentence_names():
 def test_the_module_map_shows_the_lessons_the_helpers_and_the_tools(tmp_path):
     for file, doc in [
         ("train_tpu.py", "Train it."),
-        ("helpers/runtime.py", "Where it runs."),
+        ("helpers/results.py", "What it measured."),
         ("tools/lessons.py", "Lessons by name, as notebook 00_tpu_self_test says."),
         ("tools/runner/__init__.py", "The runner."),
     ]:
@@ -395,7 +395,10 @@ def test_the_module_map_shows_the_lessons_the_helpers_and_the_tools(tmp_path):
         "**The lessons and the script**",
         f"{sync.NOTEBOOKS_LINE}\n- `train_tpu.py`: Train it.",
     ]
-    assert parts[2:4] == ["**The helpers** (`helpers/`)", "- `helpers/runtime.py`: Where it runs."]
+    assert parts[2:4] == [
+        "**The helpers** (`helpers/`)",
+        "- `helpers/results.py`: What it measured.",
+    ]
     assert parts[4] == "**The tools** (`tools/`)"  # tpucheck/ is not there (yet)
     assert "[00](notebooks/00_tpu_self_test.ipynb) says" in parts[5]
     assert "- `tools/runner/`: The runner." in parts[5]
@@ -419,7 +422,7 @@ def test_the_readme_module_map_is_the_generated_one():
 
 
 def test_the_script_states_each_platforms_install_route_in_at_most_four_lines():
-    from helpers import routes
+    from tpucheck import routes
 
     lines = sync.install_lines()
     assert 1 < len(lines) <= 4 and all(line.startswith("    ") for line in lines)

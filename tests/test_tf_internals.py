@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 from helpers import tf_internals
-from helpers import topology as topo
+from tpucheck import _tf
+from tpucheck import topology as topo
 
 pytestmark = pytest.mark.stacks  # also run on the kaggle and colab stacks (make test)
 
@@ -102,4 +103,4 @@ def test_the_helpers_internals_work_on_this_tensorflow():
     assert sorted(parts[0] + parts[1]) == list(range(8)) and parts[0] != parts[1]
     steps = tf_internals.save_steps()
     assert all(callable(getattr(module, name)) for module, name in steps.values())
-    assert tf_internals.xla_op_sharding().REPLICATED != tf_internals.xla_op_sharding().MAXIMAL
+    assert _tf.xla_op_sharding().REPLICATED != _tf.xla_op_sharding().MAXIMAL

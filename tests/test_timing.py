@@ -1,4 +1,4 @@
-"""helpers.timing: synchronisation, warm-up, repetitions, alternation and the summaries.
+"""tpucheck.timing: synchronisation, warm-up, repetitions, alternation and the summaries.
 
 A fake clock makes every timing exact, so nothing here depends on how fast the machine is.
 """
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import FakeClock
 
-from helpers import timing
+from tpucheck import timing
 
 
 class Pending:

@@ -1,4 +1,4 @@
-"""helpers.topology: slices, topologies and device assignments built without a TPU."""
+"""tpucheck.topology: slices, topologies and device assignments built without a TPU."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from helpers import topology as T
+from helpers import plots
+from tpucheck import topology as T
 
 # A TopologyProto that TensorFlow returned for an 8-core v2/v3 TPU host, as published in a public
 # test file (shawwn/gaping): mesh [2, 2, 1, 2], one task, eight devices. The v3-8 layout must match.
@@ -19,6 +20,22 @@ RECORDED_V3_8 = "CgQCAgECEAEYCCIgAAAAAAAAAAEBAAAAAQAAAQABAAAAAQABAQEAAAEBAAE="
 @pytest.fixture(scope="module")
 def tf():
     return pytest.importorskip("tensorflow")
+
+
+def assignment_table(assignment) -> list[dict]:
+    """One row per (replica, logical device): mesh coordinates, host (task) and TPU device index."""
+    topology = assignment.topology
+    rows = []
+    for r in range(assignment.num_replicas):
+        for d in range(assignment.num_cores_per_replica):
+            coords = tuple(int(c) for c in assignment.coordinates(r, d))
+            host = int(topology.task_ordinal_at_coordinates(coords))
+            tpu_device = int(assignment.tpu_ordinal(r, d))
+            rows.append(
+                {"replica": r, "logical_device": d, "coordinates": coords, "host": host}
+                | {"tpu_device": tpu_device}
+            )
+    return rows
 
 
 def test_slices_are_consistent():
@@ -155,7 +172,7 @@ def test_every_core_serves_exactly_one_replica_and_logical_device(tf, name):
 
 def test_replica_blocks_stay_inside_one_host_on_the_pod_slice(tf):
     assignment = T.build_assignment(T.build_topology("v3-32"), 8)
-    rows = T.assignment_table(assignment)
+    rows = assignment_table(assignment)
     assert len(rows) == 32
     for r in range(assignment.num_replicas):
         hosts = {row["host"] for row in rows if row["replica"] == r}
@@ -165,7 +182,7 @@ def test_replica_blocks_stay_inside_one_host_on_the_pod_slice(tf):
 def test_assignment_table_agrees_with_the_topology(tf):
     topology = T.build_topology("v3-8")
     assignment = T.build_assignment(topology, 2)
-    for row in T.assignment_table(assignment):
+    for row in assignment_table(assignment):
         coords = row["coordinates"]
         assert topology.tpu_device_ordinal_at_coordinates(coords) == row["tpu_device"]
         assert tuple(assignment.coordinates(row["replica"], row["logical_device"])) == coords
@@ -265,7 +282,7 @@ def test_plot_assignments_draws_one_panel_per_assignment(tf):
     assignments = {
         name: T.build_assignment(T.build_topology(name), 2) for name in ("v3-8", "v5e-8", "v3-32")
     }
-    fig = T.plot_assignments(assignments, columns=2)
+    fig = plots.plot_assignments(grid=T.assignment_grid, assignments=assignments, columns=2)
     visible = [ax for ax in fig.axes if ax.axison]
     assert len(visible) == 3
     labels = [t.get_text() for t in visible[0].texts]
@@ -274,4 +291,4 @@ def test_plot_assignments_draws_one_panel_per_assignment(tf):
     assert {"host 0", "host 3"} <= set(hosts)
     plt.close(fig)
     with pytest.raises(ValueError, match="nothing to plot"):
-        T.plot_assignments({})
+        plots.plot_assignments(grid=T.assignment_grid, assignments={})

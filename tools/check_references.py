@@ -6,7 +6,7 @@ It reads what people read: Markdown pages, notebook cells, docstrings, comments 
 Python files, the Makefile, CI scripts and workflows. In them it finds
 - repository paths (``helpers/strategy.py``, ``tools/book/``, ``requirements-colab.txt``), which
   must exist in the working tree; and
-- modules and names of ``helpers`` and ``tpucheck`` (``helpers.data.make_dataset``,
+- modules and names of ``helpers`` and ``tpucheck`` (``helpers.loops.compare_runs``,
   ``helpers.connect``), whose module must exist and whose name, when one follows, must be defined
   there (read with ``ast``, so nothing is imported).
 - relative links in Markdown (README.md, CONTRIBUTING.md, the book's pages, every ``.md`` file and

@@ -1,4 +1,4 @@
-"""Check the install routes of ``helpers.routes`` against the package index, installing nothing.
+"""Check the install routes of ``tpucheck.routes`` against the package index, installing nothing.
 
     python tools/check_routes.py        # make check-routes; CI runs it once
 
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from helpers import routes  # noqa: E402
+from tpucheck import routes  # noqa: E402
 
 
 def dry_run(args: list[str], python: str, *, deps: bool) -> dict | None:

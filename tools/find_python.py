@@ -3,7 +3,7 @@
     python3 tools/find_python.py 3.13     # -> /root/.pyenv/versions/3.13.0/bin/python3.13
 
 The Makefile uses it to build each stack's virtual environment with the Python its platform
-runs (the ``# python:`` line of its requirements file, from ``helpers.routes``). It looks, in order, at
+runs (the ``# python:`` line of its requirements file, from ``tpucheck.routes``). It looks, in order, at
 ``pythonX.Y`` on the PATH, at pyenv's versions (``$PYENV_ROOT`` or ``~/.pyenv``), and at
 ``/usr/bin`` and ``/usr/local/bin``, and runs each candidate to confirm its version (a pyenv
 shim for a version that is not selected exists but fails). Standard library only: it runs

@@ -39,7 +39,7 @@ from notebook_files import MANIFEST, NOTEBOOKS, ROOT, read, source, toml
 REQUIRED = ("title", "promise", "need", "headline")
 OPTIONAL = ("parameters", "setup", "kept_files", "smoke", "settings", "hardware", "nbval")
 # Settings many lessons share, each with one default; a lesson's own value is in its entry.
-SHARED_SETTINGS = ("SIMULATED_REPLICAS", "PER_REPLICA_BATCH", "DATASET")
+SHARED_SETTINGS = ("SIMULATED_REPLICAS", "PER_REPLICA_BATCH")
 SETUP_VARIANTS = ("tensorflow", "helpers-only", "jax")
 PARAMETER_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 

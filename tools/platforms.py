@@ -1,4 +1,4 @@
-"""The platform watch: compare ``helpers.routes`` with what Colab, Kaggle and the package index publish.
+"""The platform watch: compare ``tpucheck.routes`` with what Colab, Kaggle and the package index publish.
 
     python tools/platforms.py                      # make platforms: the published files, online
     python tools/platforms.py --recorded DIR       # the same files, recorded in DIR
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from helpers import routes  # noqa: E402
+from tpucheck import routes  # noqa: E402
 
 RAW = "https://raw.githubusercontent.com/{}/refs/heads/main/{}"
 RECORDED = Path(__file__).resolve().parent.parent / "tests" / "data" / "platforms"
@@ -46,7 +46,7 @@ SOURCES = {  # file name in a recorded folder: (repository, path)
     "requirements.in": ("Kaggle/docker-python", "tpu/requirements.in"),
 }
 TENSORFLOW_BUILDS = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu")
-ROUTES_FILE = "helpers/routes.py"
+ROUTES_FILE = "tpucheck/routes.py"
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def _key(version: str) -> tuple[int, ...]:
 
 
 def compare(published: Published) -> list[Drift]:
-    """The facts of ``helpers.routes`` that differ from ``published``, each with its edit."""
+    """The facts of ``tpucheck.routes`` that differ from ``published``, each with its edit."""
     drifts = []
     sync = "; then `make sync`, which regenerates everything that states it"
     for name, python, shipped in (
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if drifts:
         print(f"{len(drifts)} platform fact(s) moved ({where}).")
         return 1
-    print(f"No platform fact moved ({where}): helpers/routes.py matches what is published.")
+    print(f"No platform fact moved ({where}): tpucheck/routes.py matches what is published.")
     return 0
 
 

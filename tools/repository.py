@@ -11,13 +11,13 @@ GitHub Pages site of the repository) and the supported Pythons, from ``[project]
   rewritten; a marker never starts a line): ``project.pythons`` (the range, "3.A to 3.B"),
   ``project.selftest`` (the install-and-run line of the self-test), ``simulated.tpu`` ("an 8-core
   TPU") and ``simulated.replicas`` ("8"), from ``helpers.strategy.SIMULATED_REPLICAS``; and from
-  ``helpers.routes``, each platform's ``PLATFORM.python``, ``PLATFORM.shipped`` (the TensorFlow
+  ``tpucheck.routes``, each platform's ``PLATFORM.python``, ``PLATFORM.shipped`` (the TensorFlow
   its image ships) and ``PLATFORM.route`` (the pip requirements of its route): a platform that
   moves is one edit there;
 - README.md's link definitions (``[book]: https://...``, ``[book-tested]: .../tested.html``, one for
   every page of book/), so that its text links to the book by reference;
 - the lines of the helpers that must know without pyproject.toml (an installed package has none):
-  ``helpers.lesson.REPOSITORY`` and ``helpers.routes.SUPPORTED_PYTHONS``; and the main stack's
+  ``helpers.lesson.REPOSITORY`` and ``tpucheck.routes.SUPPORTED_PYTHONS``; and the main stack's
   ``# python:`` header (``tools/stacks.py``).
 
 The book's repository button gets its address from ``tools/book/build.py`` (``sphinx -D``). The
@@ -36,8 +36,8 @@ from pathlib import Path
 from notebook_files import ROOT, settings, toml
 
 sys.path.insert(0, str(ROOT))
-from helpers import routes  # noqa: E402
 from helpers.strategy import SIMULATED_REPLICAS  # noqa: E402
+from tpucheck import routes  # noqa: E402
 
 # Files whose prose may carry <!-- fact ... --> markers (book/*.md are added by ``pages``).
 PAGES = ("README.md", "CONTRIBUTING.md", "tpucheck/README.md")
@@ -146,7 +146,7 @@ SOURCE_LINES = {
         re.compile(r"^REPOSITORY = .*$", re.MULTILINE),
         lambda cfg, root: f'REPOSITORY = "{repository_url(cfg)}"',
     ),
-    "helpers/routes.py": (
+    "tpucheck/routes.py": (
         re.compile(r"^SUPPORTED_PYTHONS = .*$", re.MULTILINE),
         lambda cfg, root: f"SUPPORTED_PYTHONS = {_tuple(supported_pythons(root))}",
     ),
@@ -156,7 +156,7 @@ SOURCE_LINES = {
 def sync_sources(cfg: dict, write: bool, root: Path = ROOT) -> list[str]:
     """The helpers' files whose lines from pyproject.toml are stale, rewritten when ``write``.
 
-    A rewritten module that is already imported (``helpers.routes``) is reloaded, so what is
+    A rewritten module that is already imported (``tpucheck.routes``) is reloaded, so what is
     generated from it next sees the new values.
     """
     stale = []

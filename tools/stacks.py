@@ -3,7 +3,7 @@
 A stack is a Python and TensorFlow pair that stands in for where users run the lessons. ``main``
 is this machine's python3 and the newest TensorFlow; a platform's stack stands in for its TPU
 runtime after the route: the platform's Python, and the CPU build of the TensorFlow release its
-route installs, on as many replicas as the platform's TPU has cores. ``helpers.routes.PLATFORMS``
+route installs, on as many replicas as the platform's TPU has cores. ``tpucheck.routes.PLATFORMS``
 is where those facts are written; ``make sync`` writes them into each file's first lines
 (``# python:``, ``# replicas:``, ``# stands in for:``) and its ``tensorflow-cpu==`` pin, and
 ``make lint`` fails when one is stale.
@@ -42,11 +42,12 @@ def names() -> list[str]:
 
 
 def _helpers():
-    """``helpers.routes`` and ``helpers.strategy``, imported only when needed: the command lines
+    """``tpucheck.routes`` and ``helpers.strategy``, imported only when needed: the command lines
     above need neither."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from helpers import routes, strategy
+    from helpers import strategy
+    from tpucheck import routes
 
     return routes, strategy
 

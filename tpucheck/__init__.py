@@ -8,7 +8,12 @@
   diagnosis (``python -m tpucheck profile LOGDIR``);
 - ``failures``: the errors TPU users post, what each means and its fix (``python -m tpucheck
   explain``); ``tpu_facts`` and ``batches``: the TPU's tiles, chips and batch arithmetic;
-  ``host``: the platform, the signs of TPU hardware and what is installed.
+  ``host``: the platform, the signs of TPU hardware and what is installed;
+- ``routes`` and ``runtime``: which TensorFlow drives a TPU on each platform and Python, how to
+  install it, and whether the one installed here can (``runtime.tensorflow_tpu_support()``);
+- ``topology``: TPU slices, their topologies and device assignments, built without a TPU;
+  ``pods``: a pod slice's hosts and the gcloud commands that run the reference script on it;
+- ``timing``: timings to trust (synchronised, warmed up, repeated, variants taken in turns).
 
 Nothing here imports TensorFlow until a function needs it, and nothing imports the lessons'
 ``helpers``; the self-test runs the reference script, ``train_tpu``.

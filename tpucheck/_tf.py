@@ -84,3 +84,17 @@ def untuned_distributed_input(tf) -> bool:
 
     owned.__init__ = owned_init
     return True
+
+
+def xla_op_sharding():
+    """The ``OpSharding`` proto class that XLA sharding annotations are stored as (07).
+
+    Read back from a traced graph by ``tpucheck.topology.sharding_annotations``; TensorFlow
+    publishes no reader for it.
+    """
+    try:
+        from tensorflow.compiler.xla import xla_data_pb2
+    except ImportError:  # pragma: no cover - newer layouts of the XLA protos
+        from local_xla.xla import xla_data_pb2
+
+    return xla_data_pb2.OpSharding

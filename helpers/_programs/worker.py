@@ -31,9 +31,6 @@ from helpers.multiworker import PARENT_PID_ENV
 
 __all__ = ["example_numbers", "train_worker"]
 
-# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
-# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
-
 
 def train_worker(out: str, script_args: Sequence[str]) -> None:
     """The program every worker runs (``python -m helpers._programs.worker``); notebook 09_scaling_out_to_pods prints it.

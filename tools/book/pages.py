@@ -1,7 +1,7 @@
 """The book's pieces made from data, never typed: each is a Markdown file a page includes.
 
 - ``lesson_map.md``: the lessons, from notebooks/manifest.toml and the badge links;
-- ``routes.md``, ``route_facts.md``, ``failures.md``: from helpers.routes and tpucheck.failures,
+- ``routes.md``, ``route_facts.md``, ``failures.md``: from tpucheck.routes and tpucheck.failures,
   the routes' "verified on a TPU" column from the hardware records (``hardware.records``);
 - ``hardware.md``: every hardware record, committed (hardware/records/) or a dry run of this
   machine (build/hardware/records/), for the "Verified on hardware" page;
@@ -24,8 +24,7 @@ from notebook_files import ROOT, settings
 from stacks import STACK_FILES
 
 from hardware import records as hardware_records
-from helpers import routes
-from tpucheck import failures
+from tpucheck import failures, routes
 
 
 def _first_sentence(text: str) -> str:

@@ -6,7 +6,7 @@
 Run from a checkout of the commit under test (``hardware.kernel`` makes one on the host). In
 order, each step's output in ``OUT``:
 
-1. the platform's install route, through ``helpers.runtime.ensure_tensorflow``, the same code
+1. the platform's install route, through ``tpucheck.runtime.ensure_tensorflow``, the same code
    every lesson's setup cell runs, with its guard: no TPU in sight, nothing is installed (so
    ``--platform local`` installs nothing); then the helpers of this checkout (``pip install -e``)
    and the runner's own packages at the pins of requirements-tools.txt (``install.log``);
@@ -35,7 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import processes, routes, runtime, versions
+from helpers import processes
+from tpucheck import host as versions
+from tpucheck import routes, runtime
 
 from . import records
 

@@ -8,7 +8,7 @@ The rule that decides every "verified on a TPU" word (README's route table, the 
 page, each lesson page and the "Verified on hardware" page):
 
 - a record counts only if its devices are TPUs, and its Python and TensorFlow are those of its
-  platform's route today (``helpers.routes``): a record of an older route verifies nothing any
+  platform's route today (``tpucheck.routes``): a record of an older route verifies nothing any
   more;
 - a full record (every lesson run in full, not the quick versions) that counts verifies its
   platform's route when the self-test passed in it, and each lesson that passed in it;
@@ -29,7 +29,7 @@ import json
 import re
 from pathlib import Path
 
-from helpers import routes
+from tpucheck import routes
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "hardware" / "records"

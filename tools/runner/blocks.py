@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from IPython.core.inputtransformer2 import TransformerManager
 
-from helpers import runtime
 from helpers.blocks import RECORD, is_place, source_digest
+from tpucheck import runtime
 
 # A lesson's names for where it runs: an ``if`` on one of them is a block that only some
 # runtimes take, and must say where with ``runs_on`` (``conditional_blocks``).
@@ -58,7 +58,7 @@ class Block:
 
 def places_of_run(hardware: str, replicas: int | None, platform: str | None = None) -> set[str]:
     """The places a run is at: its ``hardware`` ("TPU", "GPU" or "CPU": :func:`hardware`), Colab
-    or Kaggle (``platform``, from ``helpers.runtime.detect_platform``), and its replica count
+    or Kaggle (``platform``, from ``tpucheck.runtime.detect_platform``), and its replica count
     (None where the runner cannot know it: on a TPU or GPUs only TensorFlow counts the cores, and
     blocks declared by replica count are not judged there)."""
     places = {hardware, "pod" if hardware == "TPU" and _tpu_hosts() > 1 else "one host"}

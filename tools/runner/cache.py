@@ -14,8 +14,8 @@ from pathlib import Path
 
 from notebook_files import ROOT
 
-from helpers import versions
 from helpers.processes import tensorflow_version
+from tpucheck import host as versions
 
 FILE = "cache.json"
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import papermill
 
-from helpers import runtime
 from helpers.results import RESULTS_ENV
 from runner import blocks, memory, summary
+from tpucheck import runtime
 
 
 def kept_files_parameters(path: Path, out: Path, kept_files: dict[str, str]) -> dict:

@@ -24,7 +24,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -33,8 +35,11 @@ from helpers import quiet
 quiet.quiet_tensorflow()  # before TensorFlow's first import, which the next imports make
 
 import helpers  # noqa: E402
-from helpers import data, loops, models, pipelines  # noqa: E402
+from helpers import loops, models, pipelines  # noqa: E402
 from tpucheck import profiling  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the offline digits
+import digits as data  # noqa: E402
 
 strategy = helpers.connect(8)
 import keras  # noqa: E402

@@ -13,8 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from helpers import routes, versions
-from tpucheck import failures
+from tpucheck import failures, host, routes
 from tpucheck.host import COLAB_ENV, KAGGLE_ENV, TPU_ENV_HINTS, detect_platform, tpu_hints
 
 __all__ = [
@@ -55,17 +54,17 @@ def tensorflow_tpu_support() -> TPUSupport:
     """Judge from package metadata whether this TensorFlow can drive a TPU (notebook 01_tpu_detection_and_connection).
 
     ``tensorflow-tpu`` 2.19.x pins a matching libtpu and is the known-good choice. 2.20.0 counts
-    only beside the libtpu that :mod:`helpers.routes` pins for it (unverified on hardware, so
+    only beside the libtpu that :mod:`tpucheck.routes` pins for it (unverified on hardware, so
     "unknown"); with any other libtpu it is the pairing Kaggle saw fail with "No TPU platform
     found". A CPU-only build or no TensorFlow are known-bad. A plain ``tensorflow`` next to
     ``libtpu`` is what Cloud TPU VM images ship: it may work, so the answer is "unknown".
     Taught in notebook 01.
     """
-    dist = versions.tensorflow_distribution()
+    dist = host.tensorflow_distribution()
     if dist is None:
         return TPUSupport(False, "TensorFlow is not installed")
     name, version = dist
-    libtpu = versions.installed("libtpu", "libtpu-nightly")
+    libtpu = host.installed("libtpu", "libtpu-nightly")
     if name == "tensorflow-cpu":
         return TPUSupport(False, f"tensorflow-cpu {version} is a CPU-only build")
     if name == "tensorflow-tpu":
@@ -100,7 +99,7 @@ def unusable_tpu_message(
     """Explain, in the words a user needs, why the TPU cannot be used and how to fix it.
 
     The fix is the install route for this platform and Python (default: this interpreter's, see
-    :mod:`helpers.routes`); where no
+    :mod:`tpucheck.routes`); where no
     route exists the message says so and names the way out instead of a command that would fail.
     Taught in notebook 01.
     """
@@ -188,12 +187,12 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
     platform = detect_platform()
     hints = tpu_hints()
     support = tensorflow_tpu_support()
-    keras = versions.installed("keras")
+    keras = host.installed("keras")
     problem = failures.keras_distribution_problem(keras) if keras else None
     if problem:
         raise RuntimeError(f"The lessons need Keras 3.10 or newer. {problem}")
     if not hints:
-        if versions.tensorflow_distribution() is None:
+        if host.tensorflow_distribution() is None:
             raise ModuleNotFoundError(_no_tensorflow_message(platform))
         return support
     if support.usable is not False:

@@ -13,7 +13,7 @@ To compare two variants, :func:`compare` alternates them (A B, B A, A B ...) so 
 of the machine hits both, and reports the ratio of their medians with the spread of the ratios
 of each pair; :func:`compare_timings` and :func:`compare_throughput` let several tasks or
 ``tf.data`` pipelines take turns (notebook 06_input_pipelines). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch.
-Every timing in the helpers and the self-test comes from this module.
+The lessons' timings come from this module.
 """
 
 from __future__ import annotations
@@ -37,9 +37,6 @@ __all__ = [
     "time_call",
     "Timing",
 ]
-
-# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
-# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
 
 
 def to_host(result):

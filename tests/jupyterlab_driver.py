@@ -18,10 +18,9 @@ import urllib.request
 from pathlib import Path
 
 import papermill
-
 from browser import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 STDERR = "application/vnd.jupyter.stderr"
 
 

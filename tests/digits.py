@@ -1,7 +1,7 @@
-"""Small offline images for the tests and the benchmark, and an in-memory pipeline for them.
+"""Small offline images for the tests, and an in-memory pipeline for them.
 
-The lessons train on Fashion-MNIST, loaded by the reference script's part ``load_fashion_mnist``
-(its one home). What the tests and ``make bench`` need is different: a few hundred images, the
+The lessons train on Fashion-MNIST, loaded by the reference script's data part (its one home).
+What the tests need is different: a few hundred images, the
 same on every machine, ready without a download or any package beyond numpy. :func:`digits` draws
 them: 8x8 images of the ten digits, each a glyph shifted, faded, thinned and noisy.
 """
@@ -16,8 +16,7 @@ from tpucheck import batches
 
 __all__ = ["ImageData", "digits", "make_dataset"]
 
-# TensorFlow is imported inside the functions that use it, so that `import helpers` works where
-# TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+# TensorFlow is imported inside the functions that use it.
 
 
 @dataclass

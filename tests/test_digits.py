@@ -1,11 +1,10 @@
-"""helpers.data: the offline digits of the tests and the benchmark, batch-size checks, static shapes."""
+"""tests/digits.py: the offline digits of the tests, batch-size checks, static shapes."""
 
 from __future__ import annotations
 
+import digits as data
 import numpy as np
 import pytest
-
-from helpers import data
 
 
 def test_digits_are_8x8_balanced_scaled_and_the_same_every_time():

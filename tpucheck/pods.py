@@ -33,7 +33,7 @@ __all__ = [
 # The pages each fact comes from (read by this project; none checked on a TPU).
 SOURCES = {
     "v3": (
-        "https://cloud.google.com/tpu/docs/v3 (as in helpers.topology: a v3-8 is one host of "
+        "https://cloud.google.com/tpu/docs/v3 (as in tpucheck.topology: a v3-8 is one host of "
         "2x2 chips, two TensorCores each)"
     ),
     "v4": (
@@ -356,7 +356,7 @@ class PodLaunch:
         """All the steps as one bash text, numbered; copy a step's lines to your terminal."""
         lines = [
             "# Unverified on hardware: written from Google's Cloud TPU documentation",
-            "# (helpers.pods.SOURCES); this project had no pod slice to run it on.",
+            "# (tpucheck.pods.SOURCES); this project had no pod slice to run it on.",
             "",
         ]
         for number, step in enumerate(self.steps(), 1):

@@ -16,23 +16,22 @@ notebook 07_model_parallelism compares them with the real topology when it runs 
 
 The module also checks the divisibility rules of ``experimental_split_to_logical_devices`` and
 ``experimental_assign_to_logical_device`` before a TPU would, with errors that say what to change.
-:func:`plot_assignments` draws assignments with ``helpers.plots``.
+``helpers.plots.plot_assignments`` draws them, with :func:`assignment_grid`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from helpers import plots, tf_internals
+from tpucheck import _tf
 from tpucheck.tpu_facts import GENERATIONS
 
 __all__ = [
     "assignment_grid",
-    "assignment_table",
     "build_assignment",
     "build_topology",
     "check_logical_device",
@@ -41,7 +40,6 @@ __all__ = [
     "core_usage",
     "device_coordinates",
     "matching_slice",
-    "plot_assignments",
     "same_layout",
     "sharding_annotations",
     "slice_spec",
@@ -51,7 +49,7 @@ __all__ = [
 ]
 
 # TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
-# `import helpers` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
+# `import tpucheck.topology` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
 
 GIB = 2**30
 
@@ -301,25 +299,6 @@ def assignment_grid(assignment) -> tuple[np.ndarray, np.ndarray]:
     return replica, logical
 
 
-def assignment_table(assignment) -> list[dict]:
-    """One row per (replica, logical device): mesh coordinates, host (task) and TPU device index."""
-    topology = assignment.topology
-    rows = []
-    for r in range(assignment.num_replicas):
-        for d in range(assignment.num_cores_per_replica):
-            coords = tuple(int(c) for c in assignment.coordinates(r, d))
-            rows.append(
-                {
-                    "replica": r,
-                    "logical_device": d,
-                    "coordinates": coords,
-                    "host": int(topology.task_ordinal_at_coordinates(coords)),
-                    "tpu_device": int(assignment.tpu_ordinal(r, d)),
-                }
-            )
-    return rows
-
-
 def same_layout(a, b) -> bool:
     """True when two topologies have the same mesh and list their devices in the same order.
 
@@ -420,7 +399,7 @@ def sharding_annotations(concrete_function) -> list[dict]:
     ``"one device"``, with the tile grid and the devices.
     Taught in notebook 07.
     """
-    op_sharding = tf_internals.xla_op_sharding()
+    op_sharding = _tf.xla_op_sharding()
     kinds = {
         op_sharding.OTHER: "split",
         op_sharding.REPLICATED: "replicated",
@@ -441,11 +420,3 @@ def sharding_annotations(concrete_function) -> list[dict]:
             }
         )
     return found
-
-
-def plot_assignments(assignments: Mapping[str, object], columns: int = 2):
-    """Draw device assignments, one panel each (``helpers.plots.plot_assignments``; notebook 07_model_parallelism).
-
-    Taught in notebook 07.
-    """
-    return plots.plot_assignments(assignments, columns, grid=assignment_grid)
