@@ -100,7 +100,7 @@ test: $(READY) lint $(if $(MAIN_ONLY),$(BOOK_READY))
 	FIELD_GUIDE_EXECUTED=$$($(TEST_RUN) --where) $(PYTEST) tests \
 		-m "$(if $(MAIN_ONLY),,stacks and )not slow and not browser"
 	$(if $(MAIN_ONLY),FIELD_GUIDE_EXECUTED=$$($(TEST_RUN) --where) \
-		$(PYTEST) -n 3 tests -m "slow or browser")
+		$(PYTEST) -n 3 --durations=20 tests -m "slow or browser")
 
 # The quick loop while working: everything but the slow end-to-end tests (make test-slow).
 test-unit: $(READY)

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from tpucheck import timing
 from tpucheck.selftest.base import Context, Outcome, judged
 from tpucheck.selftest.environment import tpu_generation
 from tpucheck.tpu_facts import BATCH_FOR_MXU as PER_REPLICA_BATCH
@@ -39,18 +40,6 @@ ON_A_TPU = {
     f"static batches, many steps per call): on a TPU the script's should be at least "
     f"{RECIPE_SPEEDUP_TARGET:g}x the classic ({UNVERIFIED})",
 }
-
-
-def _seconds(fn, repeats: int) -> float:
-    """The median wall time of ``repeats`` calls of ``fn`` after one untimed call, each
-    finished (its result fetched to the host) before the clock stops."""
-    fn().numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn().numpy()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def input_pipeline(context: Context, *, make_dataset=None) -> Outcome:
@@ -135,7 +124,7 @@ def matmul_rate(context: Context) -> Outcome:
 
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica), axis=None)
 
-    seconds = _seconds(multiply, repeats=context.size(3, 5))
+    seconds = timing.time_call(multiply, repeats=context.size(3, 5)).median
     rate = replicas * chain * 2 * n**3 / seconds / 1e12
     evidence = {
         "dtype": dtype.name,
