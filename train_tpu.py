@@ -224,7 +224,7 @@ def parse(records, data, uint8=False):
 
 def with_options(ds):
     options = tf.data.Options()
-    # Each host reads its own files already (read_records): fit must not shard them again.
+    # read_records split the files by host already: OFF, no tf.distribute wrapper splits them.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     options.deterministic = True  # the same order in every run: what resuming relies on
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
