@@ -108,7 +108,7 @@ def child_env(
     env.setdefault(LOG_LEVEL_VARIABLE, TF_LOG_LEVEL)
     env["PYTHONUNBUFFERED"] = "1"
     # glibc gives each busy thread a malloc arena of its own; TensorFlow's thread pools made each
-    # of lesson 09's workers hold about 90 MB more (the lesson peaked at 1.62 GiB, 1.42 with 2).
+    # of 09_scaling_out_to_pods's workers hold about 90 MB more (it peaked at 1.62 GiB, 1.42 with 2).
     env.setdefault("MALLOC_ARENA_MAX", "2")
     if cpu_only:
         env.update(CPU_ONLY)

@@ -153,21 +153,32 @@ def test_shares_are_measured_inside_the_steps_only():
         profiling.summarize({**extracted, "steps": []})
 
 
-def _write_xplane(path, lines: dict) -> Path:
-    """A host plane of ``lines``: {line name: [(event name, start us, end us), ...]}."""
+def _write_xplane(path, lines) -> Path:
+    """A host plane of ``lines``: {line name: [event, ...]}, or [(line name, [event, ...]), ...]
+    where threads share a name; an event is (name, start us, end us) or (name, start us, end us,
+    {stat name: int})."""
     space = profiling._xplane_proto().XSpace()
     plane = space.planes.add(name="/host:CPU")
     ids: dict[str, int] = {}
-    for number, (line_name, events) in enumerate(lines.items()):
+    stat_ids: dict[str, int] = {}
+    for number, (line_name, events) in enumerate(
+        dict(lines).items() if isinstance(lines, dict) else lines
+    ):
         line = plane.lines.add(id=number, name=line_name, timestamp_ns=0)
-        for name, start, end in events:
+        for name, start, end, *stats in events:
             if name not in ids:
                 ids[name] = len(ids) + 1
                 plane.event_metadata[ids[name]].id = ids[name]
                 plane.event_metadata[ids[name]].name = name
-            line.events.add(
+            event = line.events.add(
                 metadata_id=ids[name], offset_ps=start * 10**6, duration_ps=(end - start) * 10**6
             )
+            for stat, value in (stats[0] if stats else {}).items():
+                if stat not in stat_ids:
+                    stat_ids[stat] = len(stat_ids) + 1
+                    plane.stat_metadata[stat_ids[stat]].id = stat_ids[stat]
+                    plane.stat_metadata[stat_ids[stat]].name = stat
+                event.stats.add(metadata_id=stat_ids[stat], int64_value=value)
     path.write_bytes(space.SerializeToString())
     return path
 
@@ -195,6 +206,47 @@ def test_batches_are_counted_where_each_replica_takes_one_not_where_the_pipeline
     extracted = profiling.extract(path)
     assert extracted["batches"] == [10, 210]
     assert profiling.summarize(extracted).batches_per_step == 1
+
+
+def test_training_steps_are_counted_per_call_and_loop_iteration_not_per_thread(tmp_path):
+    """Run D of lesson 11_profiling_a_training_step, as TensorFlow 2.19 to 2.21 recorded it: two calls that each traced,
+    of 1 and 2 steps. Each replica's take carries the call's step id and the loop iteration; the
+    threads do not follow the replicas. With 8 replicas the takes fell on threads all named
+    "python" and on threads of their own (a reader by thread name counted 4 or 6 steps per
+    call); with 1 replica the second call's takes moved to a new thread (counted: 1)."""
+    pytest.importorskip("tensorflow")
+    take = "IteratorGetNextOp::DoCompute"
+    marks = [(profiling.STEP_EVENT, 0, 1000), (profiling.STEP_EVENT, 1000, 2000)]
+    # (call's step id, loop iteration, start): call 0 runs 1 step, call 1 runs 2
+    steps = [(11, 0, 900), (22, 0, 1900), (22, 1, 1950)]
+
+    def eight_replicas():  # odd replicas on two threads both named "python", even on their own
+        python: list = [[], []]
+        own: dict = {r: [] for r in range(0, 8, 2)}
+        for n, (step_id, iteration, start) in enumerate(steps):
+            for r in range(8):
+                event = (take, start + r, start + r + 1, {"id": step_id, "iter_num": iteration})
+                (python[n % 2] if r % 2 else own[r]).append(event)
+        threads = [("python", marks), ("python", python[0]), ("python", python[1])]
+        return threads + [(f"tf_data_iterator_get_next/{r}", e) for r, e in own.items()]
+
+    eight = profiling.extract(_write_xplane(tmp_path / "8.xplane.pb", eight_replicas()))
+    assert eight["batches"] == [900, 1900, 1950]
+    assert profiling.summarize(eight).batches_per_step == 1.5
+    one = [
+        ("python", marks),
+        ("tf_data_iterator_get_next/1", [(take, 900, 901, {"id": 11, "iter_num": 0})]),
+        (
+            "tf_data_iterator_get_next/2",  # a new thread for the retraced call's takes
+            [
+                (take, 1900, 1901, {"id": 22, "iter_num": 0}),
+                (take, 1950, 1951, {"id": 22, "iter_num": 1}),
+            ],
+        ),
+    ]
+    extracted = profiling.extract(_write_xplane(tmp_path / "1.xplane.pb", one))
+    assert extracted["batches"] == [900, 1900, 1950]
+    assert profiling.summarize(extracted).batches_per_step == 1.5
 
 
 def test_merge_joins_overlaps_and_drops_empty_intervals():
@@ -392,10 +444,12 @@ def test_a_verdict_one_point_from_its_line_is_borderline():
     diagnosis = profiling.diagnose(near)
     assert diagnosis.verdict == "healthy" and diagnosis.borderline, diagnosis
     assert str(diagnosis).startswith("healthy (borderline): ")
+    assert diagnosis.label == "healthy (borderline)"  # what a summary table shows, as printed
     assert "1.0 points under the 15% line of healthy" in str(diagnosis)
     assert diagnosis.fix == profiling.BORDERLINE_FIX  # no advice a rerun may contradict
     far = profiling.diagnose(summary(input_share=0.01, compute_share=0.97))
     assert far.verdict == "healthy" and not far.borderline and "borderline" not in str(far)
+    assert far.label == "healthy"
 
 
 def test_a_verdict_near_the_host_line_gives_no_advice_on_either_side():

@@ -36,9 +36,13 @@ KERAS_BATCH_EVENT = "Profiled batch"
 # moved by more (lesson 11_profiling_a_training_step's run C: host 42%, then 33%).
 BORDERLINE_MARGIN = 0.03
 _INPUT_EVENT = re.compile(r"IteratorGetNext|GetNextFromShard|MultiDeviceIteratorGetNext")
-# A replica taking its batch inside the call, one per training step on each replica's line (not
-# GetNextFromShard0: the host's thread fetches ahead, past the step that consumed it).
+# A replica taking its batch inside the call (not GetNextFromShard0: the host's thread fetches
+# ahead, past the step that consumed it). TensorFlow tags it with the call's step id ("id") and the
+# iteration of the loop it runs in ("iter_num", 0 outside a loop): one pair per training step, the
+# same for every replica. The thread it runs on says nothing: a retraced call takes its batches on
+# new threads, and many threads share a name ("python").
 _BATCH_EVENT = "IteratorGetNextOp::DoCompute"
+_BATCH_STATS = ("id", "iter_num")
 _OP_EVENT = re.compile(r"^(?P<node>[^:]+):(?P<type>[A-Za-z0-9_]+)$")  # "<node>:<op type>"
 # The lines diagnose() draws, as shares; its docstring says why each is where it is.
 INPUT_BOUND_SHARE = 0.20  # input waits, of the call's time
@@ -178,7 +182,8 @@ def extract(xplane_path: str | os.PathLike) -> dict:
         raise ValueError(f"no host plane in {xplane_path}")
     markers: dict[str, list] = {STEP_EVENT: [], KERAS_BATCH_EVENT: []}
     inputs, compute = [], []
-    batches: dict[str, list] = {}
+    taken: dict[tuple, float] = {}  # (plane, step id, loop iteration) -> the first replica's take
+    untagged: dict[tuple, list] = {}  # (plane, thread) -> takes, for events without those stats
     op_time: dict[str, float] = {}
     data_time: dict[str, float] = {}
     functions: dict[str, dict] = {}
@@ -197,7 +202,12 @@ def extract(xplane_path: str | os.PathLike) -> dict:
                 elif _INPUT_EVENT.search(name):
                     inputs.append([start, end])
                     if name == _BATCH_EVENT:
-                        batches.setdefault(f"{plane.name}/{line.name}", []).append(start)
+                        key = tuple(_stat(event, stat_names, s) for s in _BATCH_STATS)
+                        if None in key:
+                            untagged.setdefault((plane.name, line.id), []).append(start)
+                        else:
+                            key = (plane.name, *key)
+                            taken[key] = min(start, taken.get(key, start))
                 elif name.startswith("Iterator::"):
                     stage = name.split("::")[-1].split("[")[0]
                     data_time[stage] = data_time.get(stage, 0.0) + (end - start)
@@ -230,14 +240,7 @@ def extract(xplane_path: str | os.PathLike) -> dict:
         "steps": inside(steps),
         "input": _merge(inside(inputs)),
         "compute": _merge(inside(compute)),
-        "batches": max(  # one event per training step: the busiest iterator's line
-            (
-                [round(t - zero) for t in sorted(ts) if first <= t <= last]
-                for ts in batches.values()
-            ),
-            key=len,
-            default=[],
-        ),
+        "batches": _batches(taken, untagged, first, last, zero),
         "op_time_us": _top(op_time),
         "data_time_us": _top(data_time),
         "functions": functions,
@@ -247,12 +250,28 @@ def extract(xplane_path: str | os.PathLike) -> dict:
     }
 
 
+def _batches(taken: Mapping, untagged: Mapping, first: float, last: float, zero: float) -> list:
+    """One time per training step inside the steps: each (step id, loop iteration) once, or,
+    in a trace without those stats, the takes of the busiest thread."""
+
+    def inside(starts):
+        return [round(t - zero) for t in sorted(starts) if first <= t <= last]
+
+    if taken:
+        return inside(taken.values())
+    return max((inside(starts) for starts in untagged.values()), key=len, default=[])
+
+
 def _stat(event, stat_names: Mapping, wanted: str):
-    """The string value of the stat called ``wanted`` of ``event``, or None."""
+    """The value (a number or a string) of the stat called ``wanted`` of ``event``, or None.
+
+    Repeated strings are stored once and referenced by id (``ref_value``)."""
     for stat in event.stats:
         if stat_names.get(stat.metadata_id) == wanted:
-            # Repeated strings are stored once and referenced by id.
-            return stat_names.get(stat.ref_value, "") if stat.ref_value else stat.str_value
+            kind = stat.WhichOneof("value")
+            if kind == "ref_value":
+                return stat_names.get(stat.ref_value, "")
+            return getattr(stat, kind) if kind else None
     return None
 
 
@@ -396,10 +415,14 @@ class Diagnosis:
     borderline: tuple[str, ...] = ()  # each line a deciding share is within BORDERLINE_MARGIN of
     evidence: str = ""  # which planes the numbers come from (ProfileSummary.evidence)
 
+    @property
+    def label(self) -> str:
+        """The verdict as printed: with " (borderline)" when a deciding share is near its line."""
+        return f"{self.verdict} (borderline)" if self.borderline else self.verdict
+
     def __str__(self) -> str:
         also = [f for f in self.findings if f != self.verdict]
-        head = f"{self.verdict} (borderline)" if self.borderline else self.verdict
-        text = f"{head}: {self.reason}. Fix: {self.fix}" + (
+        text = f"{self.label}: {self.reason}. Fix: {self.fix}" + (
             f" (also: {', '.join(also)})" if also else ""
         )
         if self.borderline:
