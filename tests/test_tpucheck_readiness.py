@@ -109,6 +109,34 @@ def test_clean_custom_step_gives_no_false_alarm():
     assert int(optimizer.iterations.numpy()) == 0
 
 
+def test_the_trace_leaves_no_gradient_function_holding_it():
+    # A replica-context all-reduce traced into a graph (Keras 3's apply_gradients has one) is a
+    # tf.custom_gradient that TensorFlow registers for good, and its function holds the traced
+    # graph with every variable it captured: the check drops the ones its own trace registered.
+    from tpucheck import _tf
+
+    registry = _tf.gradient_registry()
+    assert registry is not None, "TensorFlow's gradient registry moved: update gradient_registry"
+    model = mlp(128)
+    optimizer = built_adam(model)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def replica_step(images, labels):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(loss_fn(labels, model(images)), global_batch_size=128)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    def custom_gradients():
+        return {name for name in registry if name.startswith("CustomGradient-")}
+
+    before = custom_gradients()
+    ds = spec_dataset((tf.TensorSpec([128, 64]), tf.TensorSpec([128], tf.int32)))
+    assert readiness.check(ds, model, step=replica_step, replicas=8).clean
+    assert custom_gradients() == before
+
+
 # ----------------------------------------------------------------------- dataset problems
 
 

@@ -98,3 +98,15 @@ def xla_op_sharding():
         from local_xla.xla import xla_data_pb2
 
     return xla_data_pb2.OpSharding
+
+
+def gradient_registry() -> dict | None:
+    """TensorFlow's gradient functions by name, or None where the private registry has moved:
+    ``tf.RegisterGradient`` and ``tf.custom_gradient`` add to it and nothing public removes, so
+    the readiness check drops what its own trace registered (``readiness._step``)."""
+    try:
+        from tensorflow.python.framework import ops
+    except ImportError:
+        return None
+    registry = getattr(getattr(ops, "gradient_registry", None), "_registry", None)
+    return registry if isinstance(registry, dict) else None
