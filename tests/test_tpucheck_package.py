@@ -88,3 +88,22 @@ def test_the_tensorflow_registries_tpucheck_reads_answer_here():
     tokens = [n.attr["token"].s.decode() for n in graph.node if n.op == "EagerPyFunc"]
     callback = _tf.py_function_callback(tokens[0]) if tokens else None
     assert inspect.unwrap(getattr(callback, "_func", callback)).__name__ == "host_side"
+
+
+@pytest.mark.stacks
+def test_a_custom_gradient_traced_in_the_block_is_forgotten_after_it():
+    tf = pytest.importorskip("tensorflow")
+    from tpucheck import _tf
+
+    @tf.custom_gradient
+    def doubled(x):
+        return 2 * x, lambda dy: 2 * dy
+
+    def custom_gradients():
+        return {n for n in _tf.gradient_registry() if n.startswith("CustomGradient-")}
+
+    kept = custom_gradients()
+    with _tf.forgetting_custom_gradients():
+        tf.function(doubled).get_concrete_function(tf.TensorSpec([], tf.float32))
+        assert len(custom_gradients() - kept) == 1  # traced into a graph: registered
+    assert custom_gradients() == kept

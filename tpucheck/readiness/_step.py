@@ -161,14 +161,12 @@ def check_step(
 ) -> None:
     """Trace the step (or the model's forward and backward pass) with one replica's batch;
     ``step_args``: how strategy.run passes it (:data:`STEP_ARGS`; None tries both)."""
-    traced: list = []  # the graph the step is traced into
-    with forgetting_gradients_of(traced):
-        _check_step(
-            spec, model, step, replicas, report, per_replica, strategy_kind, step_args, traced
-        )
+    # The check only traces the step: nothing differentiates its graph afterwards.
+    with _tf.forgetting_custom_gradients():
+        _check_step(spec, model, step, replicas, report, per_replica, strategy_kind, step_args)
 
 
-def _check_step(spec, model, step, replicas, report, per_replica, strategy_kind, step_args, traced):
+def _check_step(spec, model, step, replicas, report, per_replica, strategy_kind, step_args):
     import tensorflow as tf
 
     fn, args, where = _step_inputs(spec, model, step, step_args)
@@ -190,7 +188,6 @@ def _check_step(spec, model, step, replicas, report, per_replica, strategy_kind,
     created: list = []
 
     def flat_step(*flat):
-        traced.append(tf.compat.v1.get_default_graph())
         with stop_at_creation(created):
             return fn(*tf.nest.pack_sequence_as(trace_args, list(flat)))
 
@@ -230,57 +227,6 @@ def _check_step(spec, model, step, replicas, report, per_replica, strategy_kind,
         explained = compile_step(jit, flat_specs, where, reported, report, soft)
     if explained is not None:
         add_value_shape_ops(report, where, value_shape, explained)
-
-
-# Tracing a step that updates variables registers a gradient function that TensorFlow never
-# drops: each all-reduce in a replica context traced into a graph (the one in every Keras 3
-# apply_gradients) is a tf.custom_gradient, registered under a new name (CustomGradient-N) in the
-# gradient registry. The function holds the traced tensors, so the registry kept the traced graph,
-# and every variable it captured, for as long as the process ran, after the caller had dropped
-# them: the weights and Adam's slots of TensorFlow's TPU guide's model, 0.42 GiB in notebook
-# 10_tpu_readiness_check. The check only traces the step and never takes its gradient, so it
-# forgets the functions its own trace registered.
-@contextlib.contextmanager
-def forgetting_gradients_of(graphs: list):
-    """On leaving: drop the gradient functions registered meanwhile that hold tensors of one of
-    ``graphs`` (filled while the block runs)."""
-    registry = _tf.gradient_registry()
-    before = set(registry) if registry is not None else set()
-    try:
-        yield
-    finally:
-        if registry is not None and graphs:
-            for name in [n for n in registry if n not in before]:
-                if _holds_tensors_of(registry[name], graphs):
-                    del registry[name]
-
-
-def _holds_tensors_of(entry, graphs: list, depth: int = 3) -> bool:
-    """Whether a registry entry's function holds, in its closure or the closures of the
-    functions there (custom_gradient's wrapper, then its tape_grad_fn), a tensor of ``graphs``."""
-    functions = [entry.get("type") if isinstance(entry, dict) else entry]
-    for _ in range(depth):
-        inner = []
-        for function in functions:
-            for cell in getattr(function, "__closure__", None) or ():
-                try:
-                    value = cell.cell_contents
-                except ValueError:  # an empty cell
-                    continue
-                items = value if isinstance(value, (list, tuple)) else (value,)
-                if any(_graph_of(item) is graph for item in items for graph in graphs):
-                    return True
-                inner += [value] * callable(value)
-        functions = inner
-    return False
-
-
-def _graph_of(value):
-    """A graph tensor's graph; None for anything else (an eager tensor's ``graph`` raises)."""
-    try:
-        return value.graph
-    except Exception:
-        return None
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 
-from tpucheck import host
+from tpucheck import _tf, host
 from tpucheck.selftest import correctness, environment, speed
 from tpucheck.selftest.base import Check, CheckResult, Context, Outcome, run_check
 from tpucheck.selftest.report import SelfTestReport, standard_notes
@@ -113,7 +113,8 @@ def run(
     try:
         for i, check in enumerate(plan, 1):
             say(f"[{i}/{len(plan)}] {check.title} (notebook {check.notebook}) ...")
-            result = run_check(check, context)
+            with _tf.forgetting_custom_gradients():  # a finished check's models, freed
+                result = run_check(check, context)
             results.append(result)
             say(f"      {result.status} in {result.seconds:.1f} s: {result.summary}")
     finally:
