@@ -122,3 +122,28 @@ def test_a_kernel_that_already_imported_another_copy_is_told_to_restart(monkeypa
     monkeypatch.setitem(sys.modules, "train_tpu", other)
     with pytest.raises(lesson.ShadowedScript, match="restart the kernel"):
         lesson.use_collections_script(tmp_path)
+
+
+def test_freeing_finished_models_lets_their_traced_step_go():
+    # A tf.custom_gradient traced into a graph (each all-reduce of a multi-replica step is one)
+    # stays registered for good, holding what its function captured: freed, the weights go.
+    import gc
+    import weakref
+
+    import tensorflow as tf
+
+    def traced_once():
+        weights = tf.Variable(tf.ones([256, 256]))
+
+        @tf.custom_gradient
+        def scaled(x):
+            return x * weights, lambda dy, variables=None: (dy * weights, [dy * x])
+
+        tf.function(scaled).get_concrete_function(tf.TensorSpec([256, 256]))
+        return weakref.ref(weights)
+
+    weights = traced_once()
+    gc.collect()
+    assert weights() is not None, "the registry no longer holds traced steps: drop the helper"
+    assert lesson.free_finished_models() >= 1
+    assert weights() is None

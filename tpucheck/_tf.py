@@ -113,21 +113,28 @@ def gradient_registry() -> dict | None:
     return registry if isinstance(registry, dict) else None
 
 
-@contextlib.contextmanager
-def forgetting_custom_gradients():
-    """On leaving, drop the ``tf.custom_gradient`` functions registered meanwhile.
+def forget_custom_gradients(keep=()) -> int:
+    """Drop the ``tf.custom_gradient`` functions registered so far, but those named in ``keep``;
+    return how many. Only once nobody differentiates their traced functions again (a training step
+    takes its gradient inside its own trace).
 
     Each all-reduce traced in a replica context (every Keras 3 ``apply_gradients`` under a
     strategy) is a custom gradient, registered as ``CustomGradient-N`` for good; its function holds
     the traced graph and every variable it captured, after their model is gone: 0.42 GiB in
-    notebook 10_tpu_readiness_check, 0.32 GiB in the self-test. Only for a block whose traced
-    functions nobody differentiates afterwards (a step takes its gradient inside its own trace).
+    notebook 10_tpu_readiness_check, 0.32 GiB in the self-test.
     """
-    registry = gradient_registry()
-    before = set(registry or ())
+    registry = gradient_registry() or {}
+    names = [n for n in registry if n.startswith("CustomGradient-") and n not in keep]
+    for name in names:
+        del registry[name]
+    return len(names)
+
+
+@contextlib.contextmanager
+def forgetting_custom_gradients():
+    """On leaving, :func:`forget_custom_gradients` registered inside the block."""
+    keep = set(gradient_registry() or ())
     try:
         yield
     finally:
-        for name in [n for n in registry or () if n not in before]:
-            if name.startswith("CustomGradient-"):
-                del registry[name]
+        forget_custom_gradients(keep)
