@@ -76,10 +76,6 @@ class Drift:
         )
 
 
-def _minor(version: str) -> str:
-    return ".".join(version.split(".")[:2])
-
-
 def read_colab(os_info: str, freeze: str) -> tuple[str, str]:
     """Colab's TPU runtime: its Python (X.Y) and the TensorFlow it ships ("none" if absent)."""
     python = re.search(r"^Python (\d+\.\d+)", os_info, re.MULTILINE)

@@ -51,10 +51,6 @@ class Generation:
     mxu_size: int = 128
     verified_on_hardware: bool = False
 
-    @property
-    def mxus_per_chip(self) -> int:
-        return self.tensorcores_per_chip * self.mxus_per_tensorcore
-
     def label(self) -> str:
         seen = "verified" if self.verified_on_hardware else "unverified"
         cores = f"{self.tensorcores_per_chip} TensorCore(s) of {self.mxus_per_tensorcore} "

@@ -149,11 +149,6 @@ def verified_routes(records: list[dict]) -> dict[str, str]:
     return found
 
 
-def route_status(platform: str, records: list[dict]) -> str:
-    """The "verified on a TPU" words for ``platform``'s route."""
-    return verified_routes(records).get(platform, "no")
-
-
 def lesson_status(notebook: str, records: list[dict]) -> str:
     """The "verified on a TPU" words for one lesson (``NN_name.ipynb``), for its book page."""
     for record in _newest_first(records):
