@@ -31,16 +31,45 @@ NO_TPU = {
 }
 
 # With pytest-xdist (make test: -n 2), a module's tests run on one worker, so its module fixtures
-# are computed once; the tests of these modules each start their own processes and share no
-# expensive fixture, so they are spread over the workers instead: one long module no longer sets
-# the wall time. Tests named by a prefix here stay together (they share a module fixture).
+# are computed once; the tests of these modules each start their own processes, so they are spread
+# over the workers instead: one long module no longer sets the wall time. Each group of name
+# prefixes here stays together on one worker (its tests share a module fixture); the other tests
+# of the module go one by one (a module fixture they share is made again on each worker that
+# needs it: keep those cheap).
 SPREAD_MODULES = {
-    "test_preemption": ("test_custom_loop_killed_",),  # both compare with `uninterrupted`
     "test_strategy": (),
     "test_fitting": (),
     # The very small run's two tests share it; the slow ones share `reference`.
-    "test_train_tpu": ("test_a_very_small_run_", "test_the_custom_loop_", "test_killed_"),
+    "test_train_tpu": (("test_a_very_small_run_",), ("test_the_custom_loop_", "test_killed_")),
+    # Each copies the repository and runs sync and lint on its own: the slowest module otherwise.
+    "test_one_home": (),
+    # The command's run and the planted one: two runs of the self-test, on two workers at once.
+    "test_tpucheck_selftest": (
+        (
+            "test_the_command_passes_",
+            "test_json_has_every_section_",
+            "test_markdown_has_every_section_",
+            "test_environment_names_the_simulated_tpu_",
+            "test_each_check_carries_its_evidence",
+        ),
+        ("test_each_planted_failure_fails_its_check_", "test_the_checks_without_a_planted_"),
+    ),
+    # The photos' run is shared; each run on the fortunes writes and trains on its own.
+    "test_examples": (("test_the_photos_", "test_a_short_run_on_the_photos_"),),
 }
+
+
+def _scope(nodeid: str) -> str:
+    """The unit of work xdist gives one worker: the module, a group of SPREAD_MODULES, or the
+    test itself."""
+    path, _, test = nodeid.partition("::")
+    groups = SPREAD_MODULES.get(Path(path).stem)
+    if groups is None:
+        return path
+    for number, prefixes in enumerate(groups):
+        if test.startswith(prefixes):
+            return f"{path}::group-{number}"
+    return nodeid
 
 
 def _browser_missing() -> str | None:
@@ -75,16 +104,24 @@ def pytest_runtest_setup(item):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Scope = the module, or the test itself in SPREAD_MODULES (xdist's loadscope otherwise)."""
+    """Scope = :func:`_scope`, the units of SPREAD_MODULES first (xdist's loadscope otherwise)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModulesUnlessSpread(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path, _, test = nodeid.partition("::")
-            together = SPREAD_MODULES.get(Path(path).stem)
-            if together is None or (together and test.startswith(together)):
-                return path
-            return nodeid
+            return _scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # The units of SPREAD_MODULES first (xdist orders the rest largest first): their tests
+            # start their own processes, the longest work, so the run does not end with one of
+            # them on one worker while the others wait.
+            spread = (
+                s for s in self.workqueue if Path(s.partition("::")[0]).stem in SPREAD_MODULES
+            )
+            first = next(spread, None)
+            if first is not None:
+                self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return ModulesUnlessSpread(config, log)
 
