@@ -1,4 +1,4 @@
-"""Hardware records decide every "verified on a TPU" word; the lane runs end to end here (local).
+"""Hardware records decide every "verified on a TPU" word; the local lane runs here, for real.
 
 The fixture tests/data/hardware-record-tpu.json is built from the schema as a Kaggle run on TPU
 devices would write it (lessons 00_tpu_self_test to 05_bfloat16_mixed_precision passed, 06 failed, the self-test passed): it must turn
@@ -9,9 +9,12 @@ self-test, passed): it must turn the Kaggle route, and nothing else, to "verifie
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ import sync_notebooks  # noqa: E402
 from hardware.driver import selftest_figures  # noqa: E402
 from notebook_files import notebook_paths, settings  # noqa: E402
 
+from hardware import __main__ as lane_command  # noqa: E402
 from hardware import driver, records  # noqa: E402
 
 FIXTURE = json.loads((ROOT / "tests" / "data" / "hardware-record-tpu.json").read_text())
@@ -99,7 +103,7 @@ def test_a_failed_self_test_leaves_the_route_unverified_but_not_its_passed_lesso
 
 def test_a_quick_record_verifies_the_route_and_no_lesson_not_even_the_one_it_ran():
     assert records.problems(QUICK) == [] and records.device_kind(QUICK) == "TPU"
-    assert records.counts_for_route(QUICK) and not records.counts(QUICK)
+    assert records.verifies_route(QUICK) and not records.counts(QUICK)
     assert route_rows(readme_with([QUICK])) == KAGGLE_ROUTE_ONLY
     assert [r["notebook"] for r in QUICK["lessons"]] == ["01_tpu_detection_and_connection.ipynb"]
     assert all(records.lesson_status(p.name, [QUICK]) == records.NOT_YET for p in notebook_paths())
@@ -148,7 +152,7 @@ def test_the_quick_driver_runs_the_route_lesson_01_the_self_test_and_the_script_
     tmp_path, monkeypatch
 ):
     ran = []
-    monkeypatch.setattr(driver, "_run", lambda command, log, **kw: ran.append(command) or 0)
+    monkeypatch.setattr(driver, "streamed", lambda command, log, **kw: ran.append(command) or 0)
     route = {"step": "route", "status": "passed", "seconds": 1.0, "detail": "installed r"}
     monkeypatch.setattr(driver, "install", lambda platform, out: ("r", route))
     args = ["--platform", "kaggle", "--out", str(tmp_path), "--commit", "0" * 40, "--quick"]
@@ -193,27 +197,52 @@ def test_the_self_tests_speed_figures_reach_the_record():
     }
 
 
+# The self-test runs end to end in tests/test_tpucheck_selftest.py: here the driver runs its real
+# command and report on two checks, connect (the devices) and matmul_rate (a speed figure).
+TWO_CHECK_SELFTEST = (
+    "import sys; from tpucheck import selftest; "
+    "plan = [c for c in selftest.DEFAULT_CHECKS if c.key in ('connect', 'matmul_rate')]; "
+    "sys.exit(selftest.main(sys.argv[1:], plan=plan))"
+)
+
+
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
-    """``python -m tools.hardware local --smoke`` of one lesson, as ``make hardware`` runs it."""
-    tmp = tmp_path_factory.mktemp("local")
-    command = [sys.executable, "-m", "tools.hardware", "local", "--smoke", "--only", FAST_LESSON]
-    command += ["--records", str(tmp / "records"), "--out", str(tmp / "out")]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    return tmp, proc
+    """``python -m tools.hardware local --smoke`` of one lesson, as ``make hardware`` runs it,
+    the driver in this process and the self-test cut to two checks: (folder, status, output)."""
+    tmp, started, real_run = tmp_path_factory.mktemp("local"), [], driver.streamed
+
+    def start_driver(command, cwd):  # the lane's only subprocess
+        assert command[:3] == [sys.executable, "-m", "tools.hardware.driver"] and cwd == ROOT
+        started.append(command)
+        driver.main(command[3:])
+
+    def run(command, log, **kwargs):
+        if command[1:4] == ["-m", "tpucheck", "selftest"]:
+            command = [command[0], "-c", TWO_CHECK_SELFTEST, *command[4:]]
+        return real_run(command, log, **kwargs)
+
+    output = io.StringIO()
+    args = ["local", "--smoke", "--only", FAST_LESSON, "--records", str(tmp / "records")]
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(output):
+        patch.setattr(lane_command, "subprocess", types.SimpleNamespace(run=start_driver))
+        patch.setattr(driver, "streamed", run)
+        code = lane_command.main([*args, "--out", str(tmp / "out")])
+    assert len(started) == 1
+    return tmp, code, output.getvalue()
 
 
 @pytest.mark.slow
 def test_the_local_lane_runs_the_driver_and_keeps_a_dry_run_record(local_run):
-    tmp, proc = local_run
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tmp, code, output = local_run
+    assert code == 0, output[-3000:]
     (stored,) = (tmp / "records").glob("local-*.json")
-    assert proc.stdout.strip().splitlines()[-1] == str(stored)
+    assert output.strip().splitlines()[-1] == str(stored)
     record = json.loads(stored.read_text())
     assert records.problems(record) == [] and records.device_kind(record) == "CPU"
     assert not records.counts(record) and record["route"] is None
     assert [r["status"] for r in record["lessons"]] == ["passed"]
-    assert record["selftest"]["passed"] and record["selftest"]["figures"]
+    assert record["selftest"]["passed"] and record["selftest"]["figures"]["matmul_tflops"] > 0
     (out,) = (tmp / "out").iterdir()
     for name in ("pip-freeze.txt", "devices.json", "self-test/tpu-self-test.json"):
         assert (out / name).exists(), name
@@ -221,11 +250,18 @@ def test_the_local_lane_runs_the_driver_and_keeps_a_dry_run_record(local_run):
     assert not (out / "install.log").exists()  # it installed nothing
 
 
+def test_the_driver_starts_as_the_lane_and_the_host_script_start_it():
+    """``python -m tools.hardware.driver``, which the fixture above calls in this process."""
+    command = [sys.executable, "-m", "tools.hardware.driver", "--help"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--run-id" in proc.stdout, proc.stderr
+
+
 @pytest.mark.slow
 def test_the_book_shows_a_dry_run_and_a_tpu_record(local_run, tmp_path):
     from book import build
 
-    tmp, _ = local_run
+    tmp, _, _ = local_run
     folder = tmp_path / "records"
     folder.mkdir()
     (folder / "kaggle-fixture.json").write_text(json.dumps(FIXTURE))

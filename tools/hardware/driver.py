@@ -1,29 +1,13 @@
-"""The hardware run, on the TPU host: route, lessons, self-test, and one record.
+"""The hardware run on a TPU host: the route, the lessons, the self-test, and one record.
 
-    python -m tools.hardware.driver --platform kaggle --out /kaggle/working/hardware-run \\
-        --commit SHA --run-id ID [--smoke | --quick] [--only NAME ...]
+    python -m tools.hardware.driver --platform kaggle --out OUT --commit SHA --run-id ID \\
+        [--smoke | --quick] [--only NAME ...]
 
-Run from a checkout of the commit under test (``hardware.kernel`` makes one on the host). In
-order, each step's output in ``OUT``:
-
-1. the platform's install route, through ``tpucheck.runtime.ensure_tensorflow``, the same code
-   every lesson's setup cell runs, with its guard: no TPU in sight, nothing is installed (so
-   ``--platform local`` installs nothing); then the helpers of this checkout (``pip install -e``)
-   and the runner's own packages at the pins of requirements-tools.txt (``install.log``);
-2. every lesson with the collection's runner, ``tools/run_notebooks.py``, each in a fresh kernel,
-   so the TensorFlow just installed is the one every lesson imports: no restart
-   (``lessons/executed``, ``lessons/summary.json``, ``lessons.log``);
-3. the self-test, ``python -m tpucheck selftest`` (``self-test/tpu-self-test.json``);
-4. ``devices.json`` (the self-test's view of the accelerator), ``pip-freeze.txt`` and
-   ``record.json`` (``hardware.records``), whose ``steps`` say what each step showed and how long
-   it took: the route installed, the lessons, the TPU connected, each self-test check.
-
-``--quick`` is the first light: the route, lesson 01_tpu_detection_and_connection and the self-test (both in full), and the
-reference script's ``--smoke`` run (:func:`reference_script`); its record
-can verify the platform's route and nothing else (``hardware.records``).
-
-Exit status: 0 every lesson passed, 1 a lesson or the self-test failed, 2 no record. The last
-line printed is the record's path. This process never imports TensorFlow.
+Run from a checkout of the commit under test; everything goes into ``OUT``. The route is
+installed as the lessons' setup cell does (``tpucheck.runtime``; ``local`` installs nothing);
+each lesson runs in a fresh kernel (``tools/run_notebooks.py``) that imports the TensorFlow just
+installed, so this process never imports TensorFlow. Exit status 0 when every step passed, else
+1; the last line printed is the record's path.
 """
 
 from __future__ import annotations
@@ -42,17 +26,14 @@ from tpucheck import routes, runtime
 from . import records
 
 ROOT = records.ROOT
-# What tools/run_notebooks.py and the lessons need beyond TensorFlow and Keras (installed at the
-# pins of requirements-tools.txt; a TPU image has some of them at other versions, or none).
-RUNNER_PACKAGES = ("papermill", "nbclient", "nbformat", "ipykernel", "xprof")
-PASSED = ("passed", "cached")
-QUICK_LESSONS = ("tpu_detection_and_connection",)
-QUICK = f"lesson {', '.join(QUICK_LESSONS)}"
-# The reference script a learner takes home: the quick run runs its smoke mode.
-REFERENCE_SCRIPT = "train_tpu"
+# What tools/run_notebooks.py and the lessons need beyond TensorFlow and Keras, at the pins of
+# requirements-tools.txt (a TPU image has some of them at other versions, or none).
+RUNNER_PACKAGES = ["papermill", "nbclient", "nbformat", "ipykernel", "xprof"]
+QUICK_LESSON = "tpu_detection_and_connection"
+QUICK = f"the route, lesson {QUICK_LESSON}, the self-test"
 
 
-def _run(command: list[str], log: Path, **kwargs) -> int:
+def streamed(command: list[str], log: Path, **kwargs) -> int:
     """Run ``command``, its output both shown and appended to ``log``; return its exit status."""
     print("$", " ".join(command), flush=True)
     with (
@@ -67,19 +48,9 @@ def _run(command: list[str], log: Path, **kwargs) -> int:
     return proc.returncode
 
 
-def _pins(names: tuple[str, ...]) -> list[str]:
-    lines = (ROOT / "requirements-tools.txt").read_text(encoding="utf-8").splitlines()
-    wanted = {name.lower() for name in names}
-    return [line for line in lines if line.split("==")[0].strip().lower() in wanted]
-
-
 def _step(name: str, status: str, began: float, detail: str) -> dict:
-    return {
-        "step": name,
-        "status": status,
-        "seconds": round(time.perf_counter() - began, 1),
-        "detail": detail,
-    }
+    seconds = round(time.perf_counter() - began, 1)
+    return {"step": name, "status": status, "seconds": seconds, "detail": detail}
 
 
 def install(platform: str, out: Path) -> tuple[str | None, dict]:
@@ -99,20 +70,10 @@ def install(platform: str, out: Path) -> tuple[str | None, dict]:
     if platform == "local":
         return taken, _step("route", "skipped", began, "local installs nothing")
     pip = [sys.executable, "-m", "pip", "install", "-q"]
-    if _run([*pip, *_pins(RUNNER_PACKAGES)], log) or _run(
-        [*pip, "--no-deps", "-e", str(ROOT)], log
-    ):
+    pins = ["-c", str(ROOT / "requirements-tools.txt"), *RUNNER_PACKAGES]
+    if streamed([*pip, *pins], log) or streamed([*pip, "--no-deps", "-e", str(ROOT)], log):
         raise SystemExit(f"pip failed: see {log}")
     return taken, _step("route", status, began, detail)
-
-
-def reference_script(args, env: dict) -> dict:
-    """The quick run's last step: ``python -m train_tpu --smoke``, as a learner first runs it."""
-    began = time.perf_counter()
-    command = [sys.executable, "-m", REFERENCE_SCRIPT, "--smoke"]
-    code = _run(command, args.out / "reference-script.log", env=env, cwd=ROOT)
-    detail = f"python -m {REFERENCE_SCRIPT} --smoke exited {code}"
-    return _step("reference script", "passed" if code == 0 else "failed", began, detail)
 
 
 def selftest_steps(report: dict | None) -> list[dict]:
@@ -147,16 +108,12 @@ def selftest_figures(report: dict) -> dict:
     return {k: v for k, v in figures.items() if v is not None}
 
 
-def _read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
-
-
-def build_record(args, route: str | None, wall: float, steps: list[dict] = ()) -> dict:
+def build_record(args, route: str | None, wall: float, steps: list[dict]) -> dict:
     """``record.json`` from what the steps left in ``args.out`` (and the ``steps`` timed)."""
-    summary = _read_json(args.out / "lessons" / "summary.json") or {"rows": []}
-    report = _read_json(args.out / "self-test" / "tpu-self-test.json")
+    summary = records.read_json(args.out / "lessons" / "summary.json")
+    report = records.read_json(args.out / "self-test" / "tpu-self-test.json") or None
     env = (report or {}).get("environment", {})
-    dist = versions.tensorflow_distribution()
+    dist = versions.tensorflow_distribution() or (None, None)
     return {
         "schema": records.SCHEMA,
         "version": records.VERSION,
@@ -168,27 +125,21 @@ def build_record(args, route: str | None, wall: float, steps: list[dict] = ()) -
         "accelerator": env.get("accelerator_type", "unknown: the self-test did not run"),
         "devices": env.get("devices", []),
         "python": sys.version.split()[0],
-        "tensorflow": dist[1] if dist else None,
-        "tensorflow_distribution": dist[0] if dist else None,
+        "tensorflow": dist[1],
+        "tensorflow_distribution": dist[0],
         "keras": versions.installed("keras"),
         "libtpu": versions.installed("libtpu", "libtpu-nightly"),
         "route": route,
         "lessons": [
             {
                 "notebook": row["notebook"],
-                "status": "passed" if row["status"] in PASSED else row["status"],
+                "status": row["status"],  # never "cached": the driver asks for no cache
                 "seconds": row["seconds"],
                 "headline": row.get("error") or row.get("headline", ""),
             }
-            for row in summary["rows"]
+            for row in summary.get("rows", [])
         ],
-        "selftest": report
-        and {
-            "passed": report["passed"],
-            "verdicts": {c["key"]: c["status"] for c in report["checks"]},
-            "figures": selftest_figures(report),
-            "seconds": {c["key"]: c["seconds"] for c in report["checks"]},
-        },
+        "selftest": report and {"passed": report["passed"], "figures": selftest_figures(report)},
         "steps": [*steps[:2], *selftest_steps(report), *steps[2:]],  # in the order they ran
         "wall_seconds": round(wall, 1),
     }
@@ -202,7 +153,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-id", required=True, help="names this run in its record")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--smoke", action="store_true", help="the lessons' quick versions")
-    mode.add_argument("--quick", action="store_true", help=f"the route, {QUICK}, the self-test")
+    mode.add_argument("--quick", action="store_true", help=QUICK)
     parser.add_argument("--only", action="append", default=[], help="a lesson's name or number")
     parser.add_argument("--cell-timeout", type=int, default=1800)
     return parser.parse_args(argv)
@@ -210,36 +161,39 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    args.out = args.out.resolve()
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    mode = f" (quick: the route, {QUICK}, the self-test)" if args.quick else ""
+    mode = f" (quick: {QUICK})" if args.quick else ""
     print(f"Hardware run {args.run_id} on {args.platform}{mode}, commit {args.commit}", flush=True)
-    route, installed = install(args.platform, args.out)
+    route, installed = install(args.platform, out)
     env = processes.child_env({"PYTHONPATH": str(ROOT)}, cpu_only=False)
-    only = args.only or (list(QUICK_LESSONS) if args.quick else [])
+    smoke = ["--smoke"] if args.smoke else []
+    only = args.only or ([QUICK_LESSON] if args.quick else [])
+
+    def run_step(name: str, command: list[str], log: str, detail: str = "") -> dict:
+        """``command`` as a timed step; its detail says how it exited unless ``detail`` is given."""
+        started = time.perf_counter()
+        code = streamed(command, out / log, env=env, cwd=ROOT)
+        detail = detail or f"python {' '.join(command[1:])} exited {code}"
+        return _step(name, "failed" if code else "passed", started, detail)
+
     lessons = [sys.executable, str(ROOT / "tools" / "run_notebooks.py"), "--out"]
-    lessons += [str(args.out / "lessons"), "--cell-timeout", str(args.cell_timeout)]
-    lessons += [*(["--smoke"] if args.smoke else []), *(f"--only={n}" for n in only)]
-    step = time.perf_counter()
-    code = _run(lessons, args.out / "lessons.log", env=env, cwd=ROOT)
-    ran = _step("lessons", "passed" if code == 0 else "failed", step, ", ".join(only) or "all")
-    selftest = [sys.executable, "-m", "tpucheck", "selftest", "--out", str(args.out / "self-test")]
-    selftest += ["--smoke"] if args.smoke else []
-    _run(selftest, args.out / "self-test.log", env=env, cwd=ROOT)
-    steps = [installed, ran, *([reference_script(args, env)] if args.quick else [])]
+    lessons += [str(out / "lessons"), "--cell-timeout", str(args.cell_timeout), *smoke]
+    lessons += [f"--only={n}" for n in only]
+    steps = [installed, run_step("lessons", lessons, "lessons.log", ", ".join(only) or "all")]
+    selftest = [sys.executable, "-m", "tpucheck", "selftest", "--out", str(out / "self-test")]
+    streamed([*selftest, *smoke], out / "self-test.log", env=env, cwd=ROOT)
+    if args.quick:  # the reference script, as a learner first runs it
+        script = [sys.executable, "-m", "train_tpu", "--smoke"]
+        steps.append(run_step("reference script", script, "reference-script.log"))
     freeze = subprocess.run([sys.executable, "-m", "pip", "freeze"], capture_output=True, text=True)
-    (args.out / "pip-freeze.txt").write_text(freeze.stdout, encoding="utf-8")
+    (out / "pip-freeze.txt").write_text(freeze.stdout, encoding="utf-8")
     record = build_record(args, route, time.perf_counter() - began, steps)
-    (args.out / "devices.json").write_text(json.dumps(record["devices"], indent=2) + "\n")
-    path = args.out / "record.json"
+    (out / "devices.json").write_text(json.dumps(record["devices"], indent=2) + "\n")
+    path = out / "record.json"
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    failed = [r["notebook"] for r in record["lessons"] if r["status"] != "passed"]
-    if not record["lessons"]:
-        failed.append("the lessons (the runner wrote no summary)")
-    if not (record["selftest"] or {}).get("passed"):
-        failed.append("the self-test")
-    failed += [s["step"] for s in steps if s["status"] == "failed" and s["step"] != "lessons"]
+    failed = records.failures(record)
     print(f"Failed: {', '.join(failed)}" if failed else "Every step run passed.")
     print(path)
     return 1 if failed else 0

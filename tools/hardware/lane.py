@@ -1,24 +1,55 @@
-"""What every lane shares: a run's names and folder, the checks before it, and its end.
+"""What the lanes share: a run's names and folder, the script the TPU host runs, the end of a run.
 
-A lane ends in one of three ways, the exit status of ``python -m tools.hardware``:
-0 a record was written and every lesson and the self-test passed; 1 a record was written with
-failures; 2 nothing ran, or nothing came back (:class:`Stop`, whose message says why). The last
-line printed is the record's path, or why there is none.
+The host fetches the exact commit from the public repository (``FIELD_GUIDE_REPO`` names
+another), so that anyone can check a record; :func:`checked_commit` first runs that same fetch.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import kernel, records
+from . import records
+
+sys.path.insert(0, str(records.ROOT / "tools"))  # for notebook_files
+from notebook_files import settings  # noqa: E402
+
+REPO_ENV = "FIELD_GUIDE_REPO"
+RECORD_BEGIN = "----- hardware record -----"
+RECORD_END = "----- end of hardware record -----"
+SCRIPT = '''\
+"""The TPU Field Guide's hardware run of commit {run.commit} (from tools/hardware/lane.py)."""
+import os
+import subprocess
+import sys
+
+COMMIT = "{run.commit}"
+REPO = "{repo}"
+SRC = "/tmp/tpu-field-guide-{run.run_id}"
+OUT = os.path.abspath({out!r})  # relative: under the folder the platform starts the script in
+DRIVER = ["--platform", {run.platform!r}, "--out", OUT, "--commit", COMMIT]
+DRIVER += ["--run-id", {run.run_id!r}, *{run.driver_args!r}]
+MODULE = os.environ.get("FIELD_GUIDE_HARDWARE_DRIVER", "tools.hardware.driver")  # for the tests
+for step in (["init", "-q", SRC], ["-C", SRC, "fetch", "-q", "--depth=1", REPO, COMMIT],
+             ["-C", SRC, "checkout", "-q", "FETCH_HEAD"]):
+    subprocess.run(["git", *step], check=True, env={{**os.environ, "GIT_TERMINAL_PROMPT": "0"}})
+code = subprocess.run([sys.executable, "-m", MODULE, *DRIVER], cwd=SRC).returncode
+record = os.path.join(OUT, "record.json")
+if {echo} and os.path.exists(record):  # the record travels back in the output
+    print("{begin}", open(record).read(), "{end}", sep="\\n", flush=True)
+sys.exit(0 if os.path.exists(record) else code or 1)  # non-zero: no record was written
+'''
 
 
 class Stop(Exception):
-    """Nothing (more) can run: ``detail`` explains, ``reason`` is the last line printed."""
+    """No record (exit status 2): ``detail`` explains, ``reason`` is the last line printed."""
 
     def __init__(self, detail: str, reason: str):
         super().__init__(detail)
@@ -30,13 +61,11 @@ class Run:
     """One run of the lane: its id (in the record), commit, options and output folder."""
 
     platform: str
-    smoke: bool = False
-    quick: bool = False
-    only: list[str] = field(default_factory=list)
+    driver_args: list[str]  # the driver's options besides platform, folder, commit and run id
+    parent: Path  # where each run's folder (``out``) goes
     commit: str = ""
     stamp: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
     nonce: str = field(default_factory=lambda: secrets.token_hex(3))
-    parent: Path = records.ROOT / "build" / "hardware"
 
     @property
     def run_id(self) -> str:
@@ -46,21 +75,50 @@ class Run:
     def out(self) -> Path:
         return self.parent / self.run_id
 
-    def driver_args(self) -> list[str]:
-        """The driver's options besides platform, folder, commit and run id."""
-        flags = [*(["--smoke"] if self.smoke else []), *(["--quick"] if self.quick else [])]
-        return [*flags, *(f"--only={n}" for n in self.only)]
+    def script(self, out: str, echo: bool = False) -> str:
+        """The Python script the host runs: it checks out the commit and runs the driver into
+        ``out``; with ``echo`` it prints the record between :data:`RECORD_BEGIN` and ``_END``."""
+        return SCRIPT.format(
+            run=self, repo=repository(), out=out, echo=echo, begin=RECORD_BEGIN, end=RECORD_END
+        )
+
+
+def repository() -> str:
+    """The repository the TPU host fetches the commit from."""
+    return os.environ.get(REPO_ENV) or f"https://github.com/{settings()['github']}"
+
+
+def _git(*args: str, cwd: Path = records.ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def head_commit() -> str:
+    return _git("rev-parse", "HEAD").stdout.strip()
 
 
 def checked_commit() -> str:
     """This checkout's commit, once the repository the host fetches from is known to serve it."""
-    commit, dirty = kernel.head_commit()
-    if dirty:
+    commit, repo = head_commit(), repository()
+    if _git("status", "--porcelain", "--untracked-files=no").stdout.strip():
         print(f"Note: tracked files differ from {commit[:12]}; the host runs the commit only.")
-    problem = kernel.fetchable(commit, kernel.repository())
-    if problem:
-        raise Stop(problem, "the commit is not where the TPU host can fetch it.")
-    print(f"Commit {commit[:12]} is on {kernel.repository()}: the host will run exactly it.")
+    unreachable = "the commit is not where the TPU host can fetch it."
+    with tempfile.TemporaryDirectory() as tmp:
+        _git("init", "-q", tmp)
+        try:
+            done = _git("fetch", "-q", "--depth=1", repo, commit, cwd=Path(tmp))
+        except subprocess.TimeoutExpired:
+            raise Stop(f"{repo} did not answer `git fetch` within 120 s", unreachable) from None
+    if done.returncode:
+        why = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        raise Stop(
+            f"commit {commit[:12]} is not on {repo} (git fetch: {why}). The TPU host fetches the "
+            f"commit from there: push it first, or set {REPO_ENV} to a public fork that has it.",
+            unreachable,
+        )
+    print(f"Commit {commit[:12]} is on {repo}: the host will run exactly it.")
     return commit
 
 
@@ -85,11 +143,11 @@ def finish(path: Path, folder: Path, run_id: str | None = None) -> int:
         )
     stored = records.store(record, folder)
     kind = records.device_kind(record)
-    failed = [row["notebook"] for row in record["lessons"] if row["status"] != "passed"]
-    selftest = record["selftest"] or {}
+    failed = records.failures(record)
+    passed = sum(row["status"] == "passed" for row in record["lessons"])
     print(
-        f"{len(record['lessons']) - len(failed)} of {len(record['lessons'])} lessons passed; "
-        f"self-test {'passed' if selftest.get('passed') else 'failed or did not run'}; "
+        f"{passed} of {len(record['lessons'])} lessons passed; self-test "
+        f"{'failed or did not run' if 'the self-test' in failed else 'passed'}; "
         f"{len(record['devices'])} {kind} device(s) ({record['accelerator']})."
     )
     for step in record.get("steps", []):
@@ -100,12 +158,10 @@ def finish(path: Path, folder: Path, run_id: str | None = None) -> int:
         print(f"The devices were {kind}s: a dry run, which verifies nothing.")
     elif records.counts(record):
         print("This record verifies on a TPU: `make sync` updates the README's route table.")
-    elif records.counts_for_route(record) and selftest.get("passed"):
+    elif records.verifies_route(record):
         print(
             "This quick record verifies the route on a TPU, and no lesson: `make sync` updates "
             "the README's route table; a full run verifies the lessons."
         )
     print(stored)
-    steps_failed = any(s["status"] == "failed" for s in record.get("steps", []))
-    passed = record["lessons"] and not failed and selftest.get("passed") and not steps_failed
-    return 0 if passed else 1
+    return 1 if failed else 0

@@ -1,26 +1,15 @@
-"""Hardware records: one JSON file per run of the lessons on a TPU host, and what they verify.
+"""Hardware records: one JSON file per run on a TPU host, and what they verify.
 
-A record (schema :data:`SCHEMA`, version :data:`VERSION`) is written by ``hardware.driver`` at
-the end of a run and stored by ``python -m tools.hardware`` under ``hardware/records/`` (a run
-on this machine, ``local``, goes to ``build/hardware/records/`` and is never committed).
+Written by ``hardware.driver``, stored by ``python -m tools.hardware`` in ``hardware/records/``
+(``local``: ``build/hardware/records/``, never committed). The rule behind every "verified on a
+TPU" word of the README and the book:
 
-The rule that decides every "verified on a TPU" word (README's route table, the book's routes
-page, each lesson page and the "Verified on hardware" page):
-
-- a record counts only if its devices are TPUs, and its Python and TensorFlow are those of its
-  platform's route today (``tpucheck.routes``): a record of an older route verifies nothing any
-  more;
-- a full record (every lesson run in full, not the quick versions) that counts verifies its
-  platform's route when the self-test passed in it, and each lesson that passed in it;
-- a quick record (``--quick``, the first light: the route, lesson 01_tpu_detection_and_connection, the self-test) that counts
-  verifies its platform's route when the self-test passed in it, and nothing else: no lesson,
-  not even the one it ran, waits on less than a full run;
-- a smoke record (the lessons' quick versions) verifies nothing;
-- a record from CPU devices (``local``, a dry run) is shown, and verifies nothing.
-
-A record may also carry ``steps`` (from schema version 1 on, optional): what each step showed
-and how long it took (the route installed, the lessons, the TPU connected, each self-test check,
-the reference script), each ``{step, status, seconds, detail}``.
+- a record counts only if its devices are TPUs and its Python and TensorFlow are those of its
+  platform's route today (``tpucheck.routes``);
+- a full record that counts verifies its route when its self-test passed, and each lesson that
+  passed in it; a quick record (``--quick``) that counts verifies its route the same way, and no
+  lesson, not even the one it ran;
+- a smoke record, or one from CPU devices (``local``, a dry run), verifies nothing.
 """
 
 from __future__ import annotations
@@ -38,81 +27,65 @@ SCHEMA = "tpu-field-guide/hardware-record"
 VERSION = 1
 NOT_YET = "not yet run on a TPU"
 PLATFORM_LABELS = {"kaggle": "Kaggle", "colab": "Colab", "local": "this machine (dry run)"}
-
-# field: type(s), for problems(); every field is required (None where the run could not tell).
+# Every field is required; MAYBE_TEXT's are None where the run could not tell.
+TEXT = ("schema", "run_id", "platform", "mode", "created", "commit", "accelerator", "python")
+MAYBE_TEXT = ("tensorflow", "tensorflow_distribution", "keras", "libtpu", "route")
 FIELDS = {
-    "schema": str,
+    **dict.fromkeys(TEXT, str),
+    **dict.fromkeys(MAYBE_TEXT, (str, type(None))),
     "version": int,
-    "run_id": str,
-    "platform": str,
-    "mode": str,
-    "created": str,
-    "commit": str,
-    "accelerator": str,
     "devices": list,
-    "python": str,
-    "tensorflow": (str, type(None)),
-    "tensorflow_distribution": (str, type(None)),
-    "keras": (str, type(None)),
-    "libtpu": (str, type(None)),
-    "route": (str, type(None)),
     "lessons": list,
     "selftest": (dict, type(None)),
     "wall_seconds": (int, float),
 }
 LESSON_FIELDS = ("notebook", "status", "seconds", "headline")
-STEP_FIELDS = ("step", "status", "seconds", "detail")
+STEP_FIELDS = ("step", "status", "seconds", "detail")  # of the optional "steps"
 MODES = ("full", "quick", "smoke")
-ROUTE_MODES = ("full", "quick")  # the modes whose record can verify a route
 DEVICE = re.compile(r"device:([A-Za-z_]+):\d+")
 
 
 def problems(record: dict) -> list[str]:
     """What makes ``record`` unusable (an empty list: it is a valid record of this schema)."""
-    found = [f"missing {name}" for name in FIELDS if name not in record]
-    found += [
-        f"{name} is {type(record[name]).__name__}"
-        for name, kind in FIELDS.items()
-        if name in record and not isinstance(record[name], kind)
-    ]
+    found = []
+    for name, kind in FIELDS.items():
+        if name not in record:
+            found.append(f"missing {name}")
+        elif not isinstance(record[name], kind):
+            found.append(f"{name} is {type(record[name]).__name__}")
     if record.get("schema") != SCHEMA or record.get("version") != VERSION:
         found.append(f"not a {SCHEMA} record of version {VERSION}")
     if not re.fullmatch(r"[0-9a-f]{40}", str(record.get("commit", ""))):
         found.append("commit is not a full 40-character hash")
-    for row in record.get("lessons", []) if isinstance(record.get("lessons"), list) else []:
-        found += [f"lesson row lacks {f}" for f in LESSON_FIELDS if f not in row]
     if record.get("mode") not in MODES:
         found.append(f"mode is not one of {', '.join(MODES)}")
-    steps = record.get("steps", [])
-    if not isinstance(steps, list):
+    if not isinstance(record.get("steps", []), list):
         found.append("steps is not a list")
-    for row in steps if isinstance(steps, list) else []:
-        found += [f"step row lacks {f}" for f in STEP_FIELDS if f not in row]
+    for kind, names, rows in (
+        ("lesson", LESSON_FIELDS, record.get("lessons")),
+        ("step", STEP_FIELDS, record.get("steps")),
+    ):
+        for row in rows if isinstance(rows, list) else []:
+            found += [f"{kind} row lacks {name}" for name in names if name not in row]
     return found
 
 
 def device_kind(record: dict) -> str:
-    """``"TPU"``, ``"CPU"`` or ``"GPU"``: the kind of every device the run used, else ``"mixed"``."""
+    """``"TPU"``, ``"CPU"`` or ``"GPU"``: the kind of all the run's devices; else ``"mixed"``."""
     kinds = {m.group(1).upper() for d in record["devices"] if (m := DEVICE.search(d))}
     return kinds.pop() if len(kinds) == 1 else "mixed" if kinds else "none"
 
 
-def _route_of(platform: str) -> routes.Route | None:
-    facts = routes.PLATFORMS.get(platform)
-    if facts is None or not facts.python[:1].isdigit():
-        return None
-    try:
-        return routes.choose_route(platform, facts.python)
-    except routes.NoRoute:
-        return None
-
-
 def _on_todays_route(record: dict) -> bool:
-    route = _route_of(record["platform"])
+    facts = routes.PLATFORMS.get(record["platform"])  # None for local
+    if device_kind(record) != "TPU" or facts is None:
+        return False
+    try:
+        route = routes.choose_route(record["platform"], facts.python)
+    except routes.NoRoute:
+        return False
     return (
-        route is not None
-        and device_kind(record) == "TPU"
-        and ".".join(record["python"].split(".")[:2]) == route.python
+        ".".join(record["python"].split(".")[:2]) == route.python
         and record["tensorflow_distribution"] == "tensorflow-tpu"
         and record["tensorflow"] == route.release.tensorflow
     )
@@ -123,9 +96,21 @@ def counts(record: dict) -> bool:
     return record["mode"] == "full" and _on_todays_route(record)
 
 
-def counts_for_route(record: dict) -> bool:
-    """Whether ``record`` can verify its platform's route (a full or a quick run)."""
-    return record["mode"] in ROUTE_MODES and _on_todays_route(record)
+def verifies_route(record: dict) -> bool:
+    """Whether ``record`` verifies its platform's route: a full or quick run that counts, and
+    whose self-test passed."""
+    passed = bool((record["selftest"] or {}).get("passed"))
+    return record["mode"] in ("full", "quick") and passed and _on_todays_route(record)
+
+
+def failures(record: dict) -> list[str]:
+    """What failed or did not run in ``record``: lessons, the self-test, steps (empty: none)."""
+    failed = [row["notebook"] for row in record["lessons"] if row["status"] != "passed"]
+    if not record["lessons"]:
+        failed.append("the lessons (the runner wrote no summary)")
+    if not (record["selftest"] or {}).get("passed"):
+        failed.append("the self-test")
+    return failed + [s["step"] for s in record.get("steps", []) if s["status"] == "failed"]
 
 
 def _describe(record: dict) -> str:
@@ -141,12 +126,8 @@ def _newest_first(records: list[dict]) -> list[dict]:
 
 def verified_routes(records: list[dict]) -> dict[str, str]:
     """``{platform: "yes (Kaggle, 2026-11-25, commit abc1234)"}`` for each verified route."""
-    found = {}
-    for record in _newest_first(records):
-        selftest = record["selftest"] or {}
-        if counts_for_route(record) and selftest.get("passed") and record["platform"] not in found:
-            found[record["platform"]] = f"yes ({_describe(record)})"
-    return found
+    oldest_first = sorted(records, key=lambda r: r["created"])  # so the newest one names it
+    return {r["platform"]: f"yes ({_describe(r)})" for r in oldest_first if verifies_route(r)}
 
 
 def lesson_status(notebook: str, records: list[dict]) -> str:
@@ -158,19 +139,25 @@ def lesson_status(notebook: str, records: list[dict]) -> str:
     return NOT_YET
 
 
-def load(*folders: Path) -> list[dict]:
-    """Every record in ``folders`` (default: the committed ones), oldest first.
+def read_json(path: Path) -> dict:
+    """``path``'s JSON object; ``{}`` when it is missing, unreadable or not an object."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
-    A file that is not a valid record stops with its name and what is wrong: a record decides
-    what the README and the book say, so a broken one must not be skipped quietly.
-    """
+
+def load(*folders: Path) -> list[dict]:
+    """Every record in ``folders`` (default: the committed ones), oldest first; a broken one
+    stops with its name, never skipped quietly: records decide what the README and book say."""
     records = []
     for folder in folders or (RECORDS,):
         for path in sorted(Path(folder).glob("*.json")):
             record = json.loads(path.read_text(encoding="utf-8"))
             if found := problems(record):
                 raise SystemExit(f"{path}: not a valid hardware record: {'; '.join(found)}")
-            records.append({**record, "_file": path.name})
+            records.append(record)
     return sorted(records, key=lambda r: r["created"])
 
 
@@ -203,27 +190,6 @@ def _figures(record: dict) -> list[str]:
     return lines
 
 
-def _verifies(record: dict, kind: str) -> str:
-    """The page's "verifies" words for one record."""
-    if counts(record):
-        return "yes"
-    if counts_for_route(record):
-        return "the route only (a quick run)" if (record["selftest"] or {}).get("passed") else "no"
-    return "nothing: a dry run on CPUs" if kind == "CPU" else "no"
-
-
-def _steps(record: dict) -> list[str]:
-    """The record's timed steps as a table (a quick run's evidence), or nothing."""
-    if not record.get("steps"):
-        return []
-    lines = ["| step | status | seconds | what it showed |", "|---|---|---:|---|"]
-    lines += [
-        f"| {s['step']} | {s['status']} | {s['seconds']} | {str(s['detail']).replace('|', '/')} |"
-        for s in record["steps"]
-    ]
-    return [*lines, ""]
-
-
 def page(records: list[dict]) -> str:
     """The book's "Verified on hardware" page body: every record, newest first."""
     if not records:
@@ -241,7 +207,15 @@ def page(records: list[dict]) -> str:
         passed = sum(row["status"] == "passed" for row in r["lessons"])
         selftest = r["selftest"] or {}
         verdict = "passed" if selftest.get("passed") else "failed" if selftest else "did not run"
-        verifies = _verifies(r, kind)
+        verifies = (
+            "yes"
+            if counts(r)
+            else "the route only (a quick run)"
+            if verifies_route(r)
+            else "nothing: a dry run on CPUs"
+            if kind == "CPU"
+            else "no"
+        )
         lines.append(
             f"| {r['created'][:10]} | {PLATFORM_LABELS.get(r['platform'], r['platform'])} "
             f"| {r['mode']} | {len(r['devices'])} {kind} | {r['accelerator']} | {r['python']} "
@@ -252,7 +226,14 @@ def page(records: list[dict]) -> str:
         lines += ["", f"## {_describe(r)} ({r['mode']} mode, {device_kind(r)} devices)", ""]
         for line in _figures(r):
             lines += [line, ""]
-        lines += _steps(r)
+        if r.get("steps"):
+            lines += ["| step | status | seconds | what it showed |", "|---|---|---:|---|"]
+            lines += [
+                f"| {s['step']} | {s['status']} | {s['seconds']} | "
+                f"{str(s['detail']).replace('|', '/')} |"
+                for s in r["steps"]
+            ]
+            lines.append("")
         lines += ["| lesson | status | seconds | result |", "|---|---|---:|---|"]
         lines += [
             f"| {row['notebook'][:2]} | {row['status']} | {row['seconds']} | {row['headline']} |"
