@@ -2,20 +2,10 @@
 
     python -m tpucheck selftest [--out DIR] [--smoke] [--simulated-replicas N]
 
-or, in a notebook::
-
-    from tpucheck import selftest
-
-    report = selftest.run(smoke=False)
-    report              # rendered Markdown
-    report.write(".")   # tpu-self-test.md and tpu-self-test.json
-
-Each check is a short, real run with its evidence, isolated from the others (an exception fails
-that check only) and given a time budget; the training checks run the reference script,
-``train_tpu``, as a user runs it. The modules: ``base`` (checks and how they run),
-``environment`` (the report's first section), ``correctness`` and ``speed`` (the checks) and
-``report`` (Markdown and JSON). The command exits 0 when no check failed, 1 when one did, 2 when
-the self-test could not start (no TensorFlow): it installs nothing.
+or, in a notebook, ``report = selftest.run()``, then ``report.write(".")`` (Markdown and JSON).
+Each check is a short, real run, isolated from the others and given a time budget; the training
+checks run the reference script, ``train_tpu``, as a user runs it. The command exits 0 when no
+check failed, 1 when one did, 2 when there is no TensorFlow (it installs nothing).
 """
 
 from __future__ import annotations
@@ -34,20 +24,9 @@ from tpucheck.selftest import correctness, environment, speed
 from tpucheck.selftest.base import Check, CheckResult, Context, Outcome, run_check
 from tpucheck.selftest.report import SelfTestReport, standard_notes
 
-__all__ = [
-    "DEFAULT_CHECKS",
-    "Check",
-    "CheckResult",
-    "Context",
-    "Outcome",
-    "SelfTestReport",
-    "check_table",
-    "main",
-    "run",
-]
+__all__ = ["DEFAULT_CHECKS", "Check", "Outcome", "SelfTestReport", "check_table", "main", "run"]
 
-# (smoke, full) budgets in seconds: full mode is sized to about 3 minutes on one v5e core. The
-# script's runs (fit, uint8, checkpoint) build and compile its CNN, which dominates their time.
+# (smoke, full) budgets in seconds: full mode is sized to about 3 minutes on one v5e core.
 DEFAULT_CHECKS: tuple[Check, ...] = (
     Check("connect", "Connect to the accelerator", "01_tpu_detection_and_connection", (30, 120),
           correctness.connect, "no TPU strategy although the hardware is there: the TensorFlow "
@@ -99,12 +78,9 @@ def run(
     progress: Callable[[str], None] | None = print,
     command: str = "",
 ) -> SelfTestReport:
-    """Run every check of ``plan`` (default :data:`DEFAULT_CHECKS`) in order; return the report.
-
-    The first check connects (``train_tpu.connect(simulated_replicas)``); the environment
-    section is collected after it, so it names the strategy. ``progress`` receives one line per
-    check as it starts and ends (None: silent). Nothing raises: a failing check is in the report.
-    """
+    """Run every check of ``plan`` (default :data:`DEFAULT_CHECKS`) in order and return the
+    report; a failing check is in it, never raised. ``progress`` receives a line as each check
+    starts and ends (None: silent)."""
     plan = list(plan if plan is not None else DEFAULT_CHECKS)
     say = progress or (lambda line: None)
     context = Context(smoke=smoke, simulated_replicas=simulated_replicas)
@@ -127,14 +103,13 @@ def run(
         mode="smoke" if smoke else "full",
         seconds=time.perf_counter() - started,
         cpu_seconds=time.process_time() - cpu_started,
-        created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         command=command,
         notes=standard_notes(context.on_tpu),
     )
 
 
 def _without_tensorflow(smoke: bool, command: str) -> SelfTestReport:
-    """The report of a self-test that could not start: no TensorFlow to import."""
+    """The report of a self-test without TensorFlow: the first check fails with what to do."""
     hints = host.tpu_hints()
     beside = f" beside TPU hardware ({', '.join(hints)})" if hints else ""
     problem = (
@@ -143,20 +118,20 @@ def _without_tensorflow(smoke: bool, command: str) -> SelfTestReport:
         "and libtpu), restart, and run the self-test again; elsewhere, pip install tensorflow."
     )
     first = DEFAULT_CHECKS[0]
-    budget = first.budget[0 if smoke else 1]
-    summary = problem.split(". ")[0]
+    budget, summary = first.budget[0 if smoke else 1], problem.split(". ")[0]
     result = CheckResult(first.key, first.title, first.notebook, "fail", summary, {}, 0.0, budget)
     result.error = problem
-    notes = ["The self-test stopped before its checks: see the error of the first check."]
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    notes = [
+        "The self-test stopped before its checks: see the error of the first check.",
+        standard_notes(on_tpu=False)[2],  # how to share the report
+    ]
     mode = "smoke" if smoke else "full"
-    notes += standard_notes(on_tpu=False)[2:3]
-    return SelfTestReport(environment.collect(), [result], mode, 0.0, when, command, notes)
+    return SelfTestReport(environment.collect(), [result], mode, 0.0, command=command, notes=notes)
 
 
 def main(argv: list[str] | None = None, plan=None) -> int:
     """``python -m tpucheck selftest``; ``plan`` replaces its checks (tests plant failures)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
         prog="python -m tpucheck selftest", description="TPU self-test with a shareable report."
     )
@@ -170,27 +145,25 @@ def main(argv: list[str] | None = None, plan=None) -> int:
     )
     args = parser.parse_args(argv)
     command = " ".join(["python -m tpucheck selftest", *argv])
-    if importlib.util.find_spec("tensorflow") is None:
-        report = _without_tensorflow(args.smoke, command)
-        print(report.checks[0].error, flush=True)
-        md, js = report.write(args.out)
-        print(f"\nReport written to {md} and {js}")
-        return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ notes: errors only
-    # Keras warns on every fit with a tf.data input that its shuffle argument is ignored.
-    warnings.filterwarnings("ignore", message=".*shuffle=True.* was passed", category=UserWarning)
-    import tensorflow as tf
+    tensorflow = importlib.util.find_spec("tensorflow") is not None
+    if tensorflow:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ notes: errors only
+        # Keras warns on every fit with a tf.data input that its shuffle argument is ignored.
+        warnings.filterwarnings("ignore", ".*shuffle=True.* was passed", UserWarning)
+        import tensorflow as tf
 
-    tf.get_logger().setLevel("ERROR")
-    report = run(
-        smoke=args.smoke,
-        simulated_replicas=args.simulated_replicas,
-        plan=plan,
-        progress=lambda line: print(line, flush=True),
-        command=command,
-    )
+        tf.get_logger().setLevel("ERROR")
+        report = run(
+            smoke=args.smoke,
+            simulated_replicas=args.simulated_replicas,
+            plan=plan,
+            progress=lambda line: print(line, flush=True),
+            command=command,
+        )
+    else:
+        report = _without_tensorflow(args.smoke, command)
     md, js = report.write(args.out)
     print("\n" + report.markdown())
     print(f"Report written to {md} and {js}")
     print(report.headline().replace("**", ""))  # last: what was tested, then the verdict
-    return 0 if report.passed else 1
+    return 0 if report.passed else 1 if tensorflow else 2

@@ -1,9 +1,6 @@
-"""The machinery of the TPU self-test: what a check is, what it returns, and how each one runs
-isolated, within a time limit, so that one broken check never hides the others.
-
-A check is a function ``fn(context) -> Outcome``. It raises to fail (the error becomes its
-evidence) or returns an :class:`Outcome`: ``pass``, ``fail`` or ``info`` (measured, with no
-criterion on this hardware, e.g. a TPU's peak rate on a CPU).
+"""The self-test's machinery: a check is a function ``fn(context) -> Outcome`` that raises to fail,
+run isolated and within a time limit, so that one broken check never hides the others. ``info``
+means measured with no criterion on this hardware (a TPU's peak on a CPU).
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 STATUSES = ("pass", "fail", "info")
@@ -23,6 +21,7 @@ STATUSES = ("pass", "fail", "info")
 # left behind, so that a hung TPU compile cannot stop the report from being written.
 HARD_LIMIT_FACTOR = 3.0
 HARD_LIMIT_GRACE = 30.0
+SCRIPT_BATCH = 16  # the script runs' per-replica batch: small, and a multiple of 8
 
 
 @dataclass(frozen=True)
@@ -39,18 +38,16 @@ class Outcome:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
 
-def judged(problems: list[str], success: str, evidence: dict, notes=()) -> Outcome:
-    """``fail`` with every problem (each written from the evidence), else ``pass`` with the
-    success sentence: never a success sentence under a failed status."""
-    if problems:
-        return Outcome("fail", "; ".join(problems), evidence, tuple(notes))
-    return Outcome("pass", success, evidence, tuple(notes))
+def judged(problems: list, success: str, evidence: dict, notes=()) -> Outcome:
+    """``fail`` with every problem (None: no problem), else ``pass`` with the success sentence."""
+    problems = [p for p in problems if p]
+    status, summary = ("fail", "; ".join(problems)) if problems else ("pass", success)
+    return Outcome(status, summary, evidence, tuple(notes))
 
 
 @dataclass(frozen=True)
 class Check:
-    """One check: its key, title, the lesson that teaches it, budget (smoke, full) in seconds,
-    function, and what its failure means (:func:`tpucheck.selftest.check_table`)."""
+    """One check; ``budget`` is (smoke, full) in seconds, ``means`` what its failure means."""
 
     key: str
     title: str
@@ -79,29 +76,23 @@ class CheckResult:
         return {**asdict(self), "seconds": round(self.seconds, 2), "notes": list(self.notes)}
 
 
-class _NoStrategy(RuntimeError):
-    """A check needs the strategy, and the connect check did not produce one."""
-
-
 @dataclass
 class Context:
-    """What the checks share: the mode, the strategy once connected, a scratch folder, and the
-    data: Fashion-MNIST's arrays, and a sample of it as the reference script's TFRecords."""
+    """What the checks share: the mode, the strategy once connected, a scratch folder, and
+    Fashion-MNIST, whole and as a sample in the reference script's TFRecords."""
 
     smoke: bool = False
     simulated_replicas: int = 8  # train_tpu.connect's default: a v5e-8's cores
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tpu-self-test-")))
     strategy: object = None
     kind: str = ""
-    _arrays: tuple = ()
 
     def size(self, smoke, full):
-        """``smoke`` in smoke mode, else ``full``: how much work a check does."""
         return smoke if self.smoke else full
 
     def need_strategy(self):
         if self.strategy is None:
-            raise _NoStrategy("not run: there is no strategy (the connect check failed)")
+            raise RuntimeError("not run: there is no strategy (the connect check failed)")
         return self.strategy
 
     @property
@@ -112,27 +103,22 @@ class Context:
     def on_tpu(self) -> bool:
         return self.kind == "TPU"
 
-    def arrays(self):
-        """``(x_train, y_train), (x_test, y_test)``: uint8 ``[N, 28, 28]`` pixels and labels, as
-        ``keras.datasets.fashion_mnist.load_data()`` gives them; read once."""
-        if not self._arrays:
-            import train_tpu
-
-            self._arrays = train_tpu.keras.datasets.fashion_mnist.load_data()
-        return self._arrays
-
-    @property
-    def held_out(self) -> int:
-        """The examples of each held-out split (validation, test) in :meth:`data`."""
-        return self.size(256, 1024)
-
-    def data(self):
-        """The reference script's data set cut to a sample: ``size(1024, 4096)`` training
-        examples, and the first :attr:`held_out` of the validation and test splits."""
+    @cached_property
+    def arrays(self):  # Fashion-MNIST's ((x_train, y_train), (x_test, y_test))
         import train_tpu
 
-        limits = {"train": self.size(1024, 4096), "validation": self.held_out}
-        limits["test"] = self.held_out
+        return train_tpu.keras.datasets.fashion_mnist.load_data()
+
+    @property
+    def held_out(self) -> int:  # the examples of each held-out split in the sample
+        return self.size(256, 1024)
+
+    @cached_property
+    def data(self):
+        """The reference script's data set, cut to a sample."""
+        import train_tpu
+
+        limits = dict(train=self.size(1024, 4096), validation=self.held_out, test=self.held_out)
 
         class Sample(train_tpu.FashionMNIST):
             NAME = "fashion_mnist_sample"
@@ -146,31 +132,31 @@ class Context:
 
         return Sample()
 
-    def prepare(self) -> str:
-        """The folder of the sample's TFRecords, written once (``train_tpu.py --prepare``)."""
+    @cached_property
+    def data_dir(self) -> str:
+        """The folder of the sample's TFRecords (``train_tpu.py --prepare``)."""
         import train_tpu
 
-        folder = self.workdir / "data"
-        if not (folder / "info.json").exists():
-            train_tpu.main(["--prepare", "--data-dir", str(folder)], data=self.data())
-        return str(folder)
+        folder = str(self.workdir / "data")
+        train_tpu.main(["--prepare", "--data-dir", folder], data=self.data)
+        return folder
 
-    def script(self, name: str, *args, **kw):
-        """``train_tpu.main`` as a user runs it, on this strategy and the sample (``--data-dir``:
-        :meth:`prepare`; ``--ckpt-dir``: ``name`` in the scratch folder); ``(what main
-        returned, the lines it printed)``."""
+    def script(self, name: str, *args, examples: int, model=None):
+        """``train_tpu.main`` as a user runs it, for an epoch of ``examples`` of the sample (and
+        ``model`` for the script's): ``(what main returned, the lines it printed)``."""
         import train_tpu
 
-        argv = ["--data-dir", self.prepare(), "--ckpt-dir", str(self.workdir / name)]
-        printed = io.StringIO()
+        argv = ["--data-dir", self.data_dir, "--ckpt-dir", str(self.workdir / name), *args]
+        argv += ["--epochs", "1", "--per-replica-batch", str(SCRIPT_BATCH)]
+        argv += ["--train-examples", str(examples)]
+        printed, model = io.StringIO(), model or train_tpu.build_cnn
         with contextlib.redirect_stdout(printed):
-            run = train_tpu.main([*argv, *map(str, args)], self.need_strategy(), self.data(), **kw)
+            run = train_tpu.main(argv, self.need_strategy(), self.data, model)
         return run, printed.getvalue().splitlines()
 
 
 def _describe_error(err: BaseException, limit: int = 600) -> str:
-    """``Type: message`` (cut to ``limit`` characters) and where, outside installed libraries,
-    it was raised."""
+    """``Type: message`` and where, outside installed libraries, it was raised."""
     text = str(err).strip()
     text = text[:limit] + " ..." if len(text) > limit else text
     frames = traceback.extract_tb(err.__traceback__)
@@ -180,18 +166,20 @@ def _describe_error(err: BaseException, limit: int = 600) -> str:
 
 
 def run_check(check: Check, context: Context) -> CheckResult:
-    """Run one check in a thread of its own; never raise. An exception becomes a failed check
-    with the error as its evidence; a check still running at its hard limit fails and is left
-    running in the background (Python cannot stop a thread: the report says so)."""
+    """Run one check in a thread of its own; never raise. A check still running at its hard
+    limit fails and is left running (Python cannot stop a thread: the report says so)."""
     budget = check.budget[0] if context.smoke else check.budget[1]
     limit = HARD_LIMIT_FACTOR * budget + HARD_LIMIT_GRACE
-    box: dict = {}
+    found = []
 
     def target():
         try:
-            box["outcome"] = check.fn(context)
-        except Exception as err:  # every failure must become evidence, never stop the others
-            box["error"] = err
+            outcome = check.fn(context)
+            if not isinstance(outcome, Outcome):
+                raise TypeError(f"the check returned {outcome!r}, not an Outcome")
+            found.append(outcome)
+        except BaseException as err:  # every failure must become evidence, never stop the others
+            found.append(err)
 
     thread = threading.Thread(target=target, name=f"self-test-{check.key}", daemon=True)
     start = time.perf_counter()
@@ -206,22 +194,14 @@ def run_check(check: Check, context: Context) -> CheckResult:
             "in the background, so the timings of later checks may be disturbed"
         )
         return result
-    if "error" not in box and "outcome" not in box:
-        box["error"] = RuntimeError("the check stopped without a result (SystemExit?)")
-    elif "error" not in box and not isinstance(box["outcome"], Outcome):
-        box["error"] = TypeError(f"the check returned {box['outcome']!r}, not an Outcome")
-    if "error" in box:
-        err, message = box["error"], str(box["error"]).strip()
-        result.summary = type(err).__name__ + (f": {message.splitlines()[0][:200]}" * bool(message))
-        result.error = _describe_error(err)
+    outcome = found[0]
+    if isinstance(outcome, BaseException):
+        first_line = (str(outcome).strip().splitlines() or [""])[0][:200]
+        result.summary = type(outcome).__name__ + (f": {first_line}" if first_line else "")
+        result.error = _describe_error(outcome)
         return result
-    outcome: Outcome = box["outcome"]
-    result.status, result.summary, result.evidence = (
-        outcome.status,
-        outcome.summary,
-        outcome.evidence,
-    )
-    result.notes = outcome.notes
+    result.status, result.summary = outcome.status, outcome.summary
+    result.evidence, result.notes = outcome.evidence, outcome.notes
     if seconds > budget:
-        result.notes = (*outcome.notes, f"took {seconds:.1f} s, over its budget of {budget:g} s")
+        result.notes += (f"took {seconds:.1f} s, over its budget of {budget:g} s",)
     return result

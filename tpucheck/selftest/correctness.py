@@ -1,29 +1,20 @@
-"""The correctness checks of the TPU self-test, each a short, real run with its evidence:
-connecting (``train_tpu.connect``), variables on every replica, the reference script run as a
-user runs it (``train_tpu.main``: ``--fit``, ``--uint8``, its custom loop and checkpoint), its
-step on N replicas against one, and a bfloat16 matmul. Each check hands its evidence to a
-``judge_*`` function, which decides the status and writes the summary from that alone: the
-success sentence only when every condition held, else each one that failed, with its numbers.
-A check's keyword arguments replace the part a test plants a failure in.
+"""The correctness checks of the TPU self-test, each a short, real run, mostly of the reference
+script as a user runs it. Each hands its evidence to a ``judge_*`` function, which decides from
+that alone; a check's keyword arguments replace the part a test plants a failure in.
 """
 
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from tpucheck import _tf, host
 from tpucheck.selftest.base import Context, Outcome, judged
 
-# What train_tpu.connect makes of a CPU: a MirroredStrategy over its logical devices.
-SIMULATED_TPU = "simulated TPU"
-PER_REPLICA_BATCH = 16  # the script runs' per-replica batch: small, and a multiple of 8
+SIMULATED_TPU = "simulated TPU"  # train_tpu.connect on a CPU: MirroredStrategy over its devices
 BFLOAT16_EPSILON = 2.0**-7  # 8 significant bits
-# On a TPU, XLA's default precision multiplies float32 matrices in bfloat16 passes, so float32
-# results there agree with a CPU's only to about bfloat16 precision (unverified on hardware).
-_TPU_FLOAT32_RTOL = 2e-2
+_TPU_FLOAT32_RTOL = 2e-2  # float32 on a TPU agrees with a CPU to about bfloat16 precision
 _TPU_FLOAT32_NOTE = (
     "tolerance widened on the TPU: XLA multiplies float32 matrices in bfloat16 passes by "
     "default (unverified on hardware)"
@@ -56,9 +47,7 @@ def strategy_kind(strategy) -> str:
     return "GPU" if all(d.startswith("GPU") for d in devices) else type(strategy).__name__
 
 
-def _learned(run) -> str | None:
-    """Why a script run did not learn (a loss not finite, or a test accuracy not twice the
-    commonest class's share), or None."""
+def _not_learned(run) -> str | None:
     losses = [e["loss"] for e in run.history] + [run.test_loss]
     if not all(math.isfinite(v) for v in losses):
         return f"the loss is not finite: epochs {[round(v, 4) for v in losses[:-1]]}, test {losses[-1]}"
@@ -80,49 +69,40 @@ def _run_evidence(run, lines) -> dict:
         "test_accuracy": run.test_accuracy,
         "commonest_class_share": run.baseline,
         "script_printed": lines[-3:],
+        "not_learned": _not_learned(run),
     }
 
 
 def connect(context: Context) -> Outcome:
-    """``train_tpu.connect`` gives the strategy this hardware should have. Off a TPU, distributed
-    iterators then run without tf.data's autotuning (``_tf.untuned_distributed_input``)."""
+    """``train_tpu.connect`` gives the strategy this hardware should have."""
     import train_tpu
 
-    start = time.perf_counter()
-    strategy = train_tpu.connect(context.simulated_replicas)
-    seconds = time.perf_counter() - start
+    strategy = train_tpu.connect(context.simulated_replicas)  # its time: the check's seconds
     context.strategy, context.kind = strategy, strategy_kind(strategy)
     if context.kind != "TPU":  # the script's runs drop their iterators: no stall for minutes
         _tf.untuned_distributed_input(train_tpu.tf)
-    devices = list(strategy.extended.worker_devices)
     evidence = {
         "strategy": context.kind,
         "replicas": strategy.num_replicas_in_sync,
         "replicas_asked": context.simulated_replicas if context.kind == SIMULATED_TPU else None,
         "tpu_hints": host.tpu_hints(),
-        "first_device": devices[0] if devices else None,
-        "last_device": devices[-1] if devices else None,
-        "seconds_to_connect": round(seconds, 3),
     }
     return judge_connect(evidence)
 
 
 def judge_connect(evidence: dict) -> Outcome:
-    """Status and summary of :func:`connect` from its evidence."""
     kind, replicas, hints = evidence["strategy"], evidence["replicas"], evidence["tpu_hints"]
-    problems = []
+    asked, problems = evidence["replicas_asked"], []
     if hints and kind != "TPU":
         problems.append(f"TPU hardware present ({', '.join(hints)}) but the strategy is {kind}")
-    asked = evidence.get("replicas_asked")
-    if kind == SIMULATED_TPU and asked is not None and replicas != asked:
+    if kind == SIMULATED_TPU and replicas != asked:
         problems.append(f"asked for {asked} simulated replicas, got {replicas}")
     return judged(problems, f"{kind} with {replicas} replica(s)", evidence)
 
 
 def variables(context: Context, *, scope=None) -> Outcome:
-    """A variable made in ``strategy.scope()`` has one copy per replica, each on its own device,
-    and ``strategy.run`` reaches every replica. ``scope`` replaces ``strategy.scope``, e.g.
-    ``contextlib.nullcontext`` to make the variable outside it."""
+    """A variable made in ``strategy.scope()`` has a copy on each replica's device, and
+    ``strategy.run`` reaches every replica. ``scope`` replaces ``strategy.scope``."""
     import tensorflow as tf
 
     strategy = context.need_strategy()
@@ -149,7 +129,6 @@ def variables(context: Context, *, scope=None) -> Outcome:
 
 
 def judge_variables(evidence: dict) -> Outcome:
-    """Status and summary of :func:`variables` from its evidence."""
     local, copies = evidence["local_devices"], evidence["copies"]
     devices, ids = evidence["distinct_devices"], evidence["replica_ids_seen"]
     problems = []
@@ -159,9 +138,7 @@ def judge_variables(evidence: dict) -> Outcome:
             f"({evidence['variable_type']}: made outside strategy.scope()?)"
         )
     if devices != local:
-        problems.append(
-            f"the copies sit on {devices} distinct device{'' if devices == 1 else 's'}, not {local}"
-        )
+        problems.append(f"the copies sit on {devices} distinct device(s), not {local}")
     if not evidence["copies_equal"]:
         problems.append("the copies hold different values")
     if sorted(set(ids)) != list(range(local)):
@@ -173,55 +150,37 @@ def judge_variables(evidence: dict) -> Outcome:
 
 
 def fit(context: Context, *, make_model=None) -> Outcome:
-    """``train_tpu.py --fit`` on a sample, float32 (``--no-bf16``): Keras' compile and fit train
-    on every replica, and the test loss the script computes on the replicas (its last batch
-    padded) equals a one-device NumPy evaluation of the model it saved (``model.keras``, which
-    loads without a TPU). ``make_model`` replaces the script's model (``main``'s argument)."""
-    import train_tpu
-
-    args = ["--fit", "--epochs", 1, "--no-bf16", "--per-replica-batch", PER_REPLICA_BATCH]
-    args += ["--train-examples", context.size(512, 2048)]
-    run, lines = context.script("fit", *args, make_model=make_model or train_tpu.build_cnn)
-    loss, accuracy = _one_device_evaluation(context, context.workdir / "fit" / "model.keras")
-    rtol, notes = _tolerance(context, 1e-4)
-    evidence = {
-        "keras": f"{'tf-keras' if train_tpu.keras.__version__ < '3' else 'Keras'} "
-        f"{train_tpu.keras.__version__}",
-        **_run_evidence(run, lines),
-        "one_device_loss": loss,
-        "one_device_accuracy": accuracy,
-        "loss_gap": abs(run.test_loss - loss) / loss,
-        "loss_gap_tolerance": rtol,
-        "not_learned": _learned(run),
-    }
-    return judge_fit(evidence, notes)
-
-
-def _one_device_evaluation(context: Context, path) -> tuple[float, float]:
-    """Mean cross-entropy (float64 NumPy) and accuracy of the saved model on the sample's test
-    examples, computed on one device, outside any strategy."""
+    """``train_tpu.py --fit --no-bf16`` on a sample trains, and the test loss the script computes
+    on the replicas (its last batch padded) equals, in float64, one device's on the model it
+    saved. ``make_model`` replaces the script's model."""
     import tensorflow as tf
 
     import train_tpu
 
-    (_, _), (x, y) = context.arrays()
+    examples = context.size(512, 2048)
+    run, lines = context.script("fit", "--fit", "--no-bf16", examples=examples, model=make_model)
+    (_, _), (x, y) = context.arrays
     x, y = x[: context.held_out, ..., None].astype(np.float32) / 255, y[: context.held_out]
-    with tf.device("/cpu:0"):
-        model = train_tpu.keras.models.load_model(path)
-        logits = np.concatenate(
-            [model(x[i : i + 256], training=False) for i in range(0, len(x), 256)]
-        )
-    logits = logits.astype(np.float64)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    loss = float(-log_p[np.arange(len(y)), y].mean())
-    return loss, float((logits.argmax(axis=1) == y).mean())
+    with tf.device("/cpu:0"):  # one device, outside any strategy
+        saved = train_tpu.keras.models.load_model(context.workdir / "fit" / "model.keras")
+        logits = np.asarray(saved(x, training=False), dtype=np.float64)
+        loss = float(np.mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y.astype(int), logits)))
+    rtol, notes = _tolerance(context, 1e-4)
+    version = train_tpu.keras.__version__
+    evidence = {
+        "keras": f"{'tf-keras' if version < '3' else 'Keras'} {version}",
+        **_run_evidence(run, lines),
+        "one_device_loss": loss,
+        "one_device_accuracy": float((logits.argmax(axis=1) == y).mean()),
+        "loss_gap": abs(run.test_loss - loss) / loss,
+        "loss_gap_tolerance": rtol,
+    }
+    return judge_fit(evidence, notes)
 
 
 def judge_fit(evidence: dict, notes=()) -> Outcome:
-    """Status and summary of :func:`fit` from its evidence."""
     gap, rtol = evidence["loss_gap"], evidence["loss_gap_tolerance"]
-    problems = [evidence["not_learned"]] if evidence["not_learned"] else []
+    problems = [evidence["not_learned"]]
     if not gap <= rtol:  # a NaN gap fails too
         problems.append(
             f"the test loss on the replicas ({evidence['test_loss']:.4g}) differs from one "
@@ -236,16 +195,14 @@ def judge_fit(evidence: dict, notes=()) -> Outcome:
 
 
 def checkpoint(context: Context, *, restore=None) -> Outcome:
-    """The script's custom loop trains a sample for an epoch and saves; its checkpoint, made on
-    the replicas, restores (``train_tpu.checkpointing``, ``restore``) into the same model built
-    on one device with no strategy: the step it saved, and the weights of the model it exported
-    (``model.keras``). ``restore`` replaces ``train_tpu.restore`` (same arguments)."""
+    """The script's custom loop trains a sample for an epoch and saves; the checkpoint, made on
+    the replicas, restores on one device the step saved and the weights it exported.
+    ``restore`` replaces ``train_tpu.restore`` (same arguments)."""
     import tensorflow as tf
 
     import train_tpu
 
-    args = ["--epochs", 1, "--per-replica-batch", PER_REPLICA_BATCH]
-    run, lines = context.script("loop", *args, "--train-examples", context.size(512, 1024))
+    run, lines = context.script("loop", examples=context.size(512, 1024))
     folder = context.workdir / "loop"
     saved = train_tpu.keras.models.load_model(folder / "model.keras").get_weights()
     one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -260,16 +217,14 @@ def checkpoint(context: Context, *, restore=None) -> Outcome:
         "restored_step": restored_step,
         "weights_before_restore_max_difference": before,
         "weights_after_restore_max_difference": _max_difference(model.get_weights(), saved),
-        "not_learned": _learned(run),
     }
     return judge_checkpoint(evidence)
 
 
 def judge_checkpoint(evidence: dict) -> Outcome:
-    """Status and summary of :func:`checkpoint` from its evidence."""
     before = evidence["weights_before_restore_max_difference"]
     after, steps = evidence["weights_after_restore_max_difference"], evidence["steps"]
-    problems = [evidence["not_learned"]] if evidence["not_learned"] else []
+    problems = [evidence["not_learned"]]
     if not before > 0:
         problems.append("the fresh model already had the saved weights: the restore proves nothing")
     if after != 0 or evidence["restored_step"] != steps:
@@ -286,36 +241,25 @@ def judge_checkpoint(evidence: dict) -> Outcome:
 
 
 def uint8_input(context: Context, *, make_model=None) -> Outcome:
-    """``train_tpu.py --uint8`` on a sample: pixels go to the device as bytes, a quarter of the
-    transfer, and the model's first layer scales them. In 2020 TensorFlow's TPU team answered
-    "uint8, which isn't supported on TPU" (tensorflow/tensorflow#37426); TensorFlow's
-    ``tpu_defs.h`` lists uint8 among the TPU's types. Unverified on hardware: a report from a TPU
-    answers it; the script's default, scaling on the host, is the fallback. ``make_model``
-    replaces the script's model."""
+    """``train_tpu.py --uint8`` on a sample: pixels go to the device as bytes and the model's
+    first layer scales them. Whether a TPU takes uint8 is unverified (``train_tpu.parse`` cites
+    both sides): a report from a TPU answers it. ``make_model`` replaces the script's model."""
     import train_tpu
 
-    built = []
-
-    def make(**kw):
-        built.append((make_model or train_tpu.build_cnn)(**kw))
-        return built[-1]
-
-    args = ["--uint8", "--epochs", 1, "--per-replica-batch", PER_REPLICA_BATCH]
-    args += ["--train-examples", context.size(512, 1024)]
-    run, lines = context.script("uint8", *args, make_model=make)
+    examples = context.size(512, 1024)
+    run, lines = context.script("uint8", "--uint8", examples=examples, model=make_model)
+    saved = train_tpu.keras.models.load_model(context.workdir / "uint8" / "model.keras")
     evidence = {
-        "model_input_dtype": str(built[0].inputs[0].dtype).rpartition(".")[2],
+        "model_input_dtype": str(saved.inputs[0].dtype).rpartition(".")[2],
         **_run_evidence(run, lines),
-        "not_learned": _learned(run),
         "fallback": "the script's default: pixels scaled to float32 on the host (no --uint8)",
     }
     return judge_uint8_input(evidence)
 
 
 def judge_uint8_input(evidence: dict) -> Outcome:
-    """Status and summary of :func:`uint8_input` from its evidence."""
     taken = evidence["model_input_dtype"]
-    problems = [evidence["not_learned"]] if evidence["not_learned"] else []
+    problems = [evidence["not_learned"]]
     if taken != "uint8":
         problems.append(f"the step was fed uint8 pixels into a {taken} input, not uint8")
     success = (
@@ -327,9 +271,8 @@ def judge_uint8_input(evidence: dict) -> Outcome:
 
 
 def replica_equivalence(context: Context, *, make_step=None) -> Outcome:
-    """The script's step and loop (``make_train_step``, ``many_steps``) on every replica end with
-    the same weights as on one device, from the same weights and batches. ``make_step`` replaces
-    ``train_tpu.make_train_step``."""
+    """The script's step and loop on every replica end with the same weights as on one device.
+    ``make_step`` replaces ``train_tpu.make_train_step``."""
     import tensorflow as tf
 
     import train_tpu
@@ -339,7 +282,7 @@ def replica_equivalence(context: Context, *, make_step=None) -> Outcome:
         info = "one replica (e.g. a v5e-1): there is no second replica count to compare with"
         return Outcome("info", info, {"replicas": 1})
     batch, steps = 8 * context.replicas, 3
-    (x, y), _ = context.arrays()
+    (x, y), _ = context.arrays
     x, y = x[: steps * batch, ..., None].astype(np.float32) / 255, y[: steps * batch]
     batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
     runs, start = [], None
@@ -368,7 +311,6 @@ def replica_equivalence(context: Context, *, make_step=None) -> Outcome:
 
 
 def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
-    """Status and summary of :func:`replica_equivalence` from its evidence."""
     diff, tol = evidence["max_weight_difference"], evidence["tolerance"]
     runs = f"{evidence['replicas']} replicas and one device after {evidence['steps']} steps"
     problems = []
@@ -382,15 +324,13 @@ def judge_replica_equivalence(evidence: dict, notes=()) -> Outcome:
 
 
 def bfloat16_matmul(context: Context, *, dtype=None) -> Outcome:
-    """A matmul in bfloat16 on a replica gives bfloat16, as accurate as bfloat16 can be: relative
-    error within bfloat16's epsilon, measured against float64. ``dtype`` replaces the bfloat16
-    the inputs are cast to."""
+    """A bfloat16 matmul on a replica gives bfloat16 within bfloat16's epsilon of float64.
+    ``dtype`` replaces the bfloat16 the inputs are cast to."""
     import tensorflow as tf
 
     strategy = context.need_strategy()
     low_dtype, n = dtype or tf.bfloat16, 256
-    rng = np.random.default_rng(5)
-    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    a, b = np.random.default_rng(5).standard_normal((2, n, n), dtype=np.float32)
 
     @tf.function
     def both(a, b):
@@ -418,7 +358,6 @@ def bfloat16_matmul(context: Context, *, dtype=None) -> Outcome:
 
 
 def judge_bfloat16(evidence: dict) -> Outcome:
-    """Status and summary of :func:`bfloat16_matmul` from its evidence."""
     dtype, low = evidence["output_dtype"], evidence["bfloat16_relative_error"]
     epsilon, high = evidence["bfloat16_epsilon"], evidence["float32_relative_error"]
     problems = []

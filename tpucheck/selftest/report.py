@@ -1,11 +1,11 @@
-"""The TPU self-test's report: Markdown for a person, JSON for a machine, with the same sections
-(a summary, the environment, a row per check, each check's evidence); the JSON's ``schema``
-names its layout, so a tool reading reports attached to issues can tell versions apart."""
+"""The TPU self-test's report: Markdown for a person, JSON for a machine, with the same sections;
+the JSON's ``schema`` names its layout, so that tools reading reports can tell versions apart."""
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,8 +14,6 @@ from tpucheck.selftest.environment import LABELS
 
 SCHEMA = "tpu-field-guide/self-test/1"
 _FILE_STEM = "tpu-self-test"
-SECTIONS = ("Summary", "Environment", "Checks", "Evidence", "About this report")
-_ISSUE_TEMPLATE = "TPU self-test report"
 
 
 def plain(value):
@@ -34,7 +32,7 @@ def plain(value):
 
 
 def _text(value) -> str:
-    """One value as Markdown table text."""
+    """One value as Markdown text that fits in a table cell."""
     if isinstance(value, float):
         return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -47,11 +45,7 @@ def _text(value) -> str:
         return ", ".join(items) if items else "none"
     if value is None:
         return "-"
-    return str(value)
-
-
-def _cell(value) -> str:
-    return _text(value).replace("|", "\\|").replace("\n", " ")
+    return str(value).replace("|", "\\|").replace("\n", " ")
 
 
 @dataclass
@@ -62,7 +56,7 @@ class SelfTestReport:
     checks: list[CheckResult]
     mode: str
     seconds: float
-    created: str
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     command: str = ""
     notes: list[str] = field(default_factory=list)
     cpu_seconds: float | None = None  # CPU time of the process: wall time above it means waiting
@@ -73,8 +67,7 @@ class SelfTestReport:
 
     @property
     def passed(self) -> bool:
-        """True when no check failed and at least one passed (``info`` proves nothing either
-        way, so a report of ``info`` alone has not passed)."""
+        """No check failed and at least one passed (a report of ``info`` alone proves nothing)."""
         return self.counts["fail"] == 0 and self.counts["pass"] > 0
 
     @property
@@ -82,10 +75,10 @@ class SelfTestReport:
         return [c for c in self.checks if c.status == "fail"]
 
     def check(self, key: str) -> CheckResult:
-        found = {c.key: c for c in self.checks}
-        if key not in found:
-            raise KeyError(f"no check {key!r} in this report; it has {list(found)}")
-        return found[key]
+        for c in self.checks:
+            if c.key == key:
+                return c
+        raise KeyError(f"no check {key!r} in this report; it has {[c.key for c in self.checks]}")
 
     def to_dict(self) -> dict:
         cpu = None if self.cpu_seconds is None else round(self.cpu_seconds, 1)
@@ -96,9 +89,6 @@ class SelfTestReport:
              "environment": self.environment, "checks": [c.to_dict() for c in self.checks],
              "notes": self.notes}
         )  # fmt: skip
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @property
     def tpu_tested(self) -> bool:
@@ -122,8 +112,7 @@ class SelfTestReport:
         return f"No TPU was tested: the checks ran on {kind}"
 
     def headline(self) -> str:
-        """The scope first (which TPU, or none), then the verdict and its counts; without a TPU,
-        that its speed figures say nothing about one."""
+        """The scope first (which TPU, or none), then the verdict and its counts."""
         counts = self.counts
         verdict = "PASSED" if self.passed else "FAILED" if self.failed else "NO VERDICT"
         verdict += "" if self.tpu_tested else " there"
@@ -141,7 +130,7 @@ class SelfTestReport:
             lines += ["", f"Command: `{self.command}`"]
         lines += ["", "## Environment", "", "| item | value |", "|---|---|"]
         for key, value in self.environment.items():
-            lines.append(f"| {LABELS.get(key, key)} | {_cell(value)} |")
+            lines.append(f"| {LABELS.get(key, key)} | {_text(value)} |")
         lines += [
             "",
             "## Checks",
@@ -152,7 +141,7 @@ class SelfTestReport:
         for i, c in enumerate(self.checks, 1):
             result = f"**{c.status.upper()}**" if c.status == "fail" else c.status
             lines.append(
-                f"| {i} | {c.title} | {c.notebook} | {result} | {_cell(c.summary)} | "
+                f"| {i} | {c.title} | {c.notebook} | {result} | {_text(c.summary)} | "
                 f"{c.seconds:.1f} |"
             )
         lines += ["", "## Evidence"]
@@ -162,8 +151,6 @@ class SelfTestReport:
                 lines.append(f"- error: `{c.error}`")
             lines += [f"- {key}: {_text(value)}" for key, value in c.evidence.items()]
             lines += [f"- note: {note}" for note in c.notes]
-            if not (c.error or c.evidence or c.notes):
-                lines.append("- (no evidence recorded)")
         lines += ["", "## About this report", ""]
         lines += [f"- {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
@@ -177,33 +164,29 @@ class SelfTestReport:
         folder.mkdir(parents=True, exist_ok=True)
         md, js = folder / f"{_FILE_STEM}.md", folder / f"{_FILE_STEM}.json"
         md.write_text(self.markdown(), encoding="utf-8")
-        js.write_text(self.to_json(), encoding="utf-8")
+        js.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         return md, js
 
 
 def standard_notes(on_tpu: bool) -> list[str]:
-    """The "About this report" lines every report carries: what its statuses mean, what each
-    speed figure means on a TPU, and what this run tested."""
+    """The "About this report" lines: the statuses, the speed figures on a TPU, what ran."""
     from tpucheck.selftest.speed import ON_A_TPU
 
-    notes = [
+    tested = (
+        "The published peaks, the thresholds of the speed checks and the tolerances on the "
+        "TPU are unverified on hardware by this project: this report is how they get checked."
+        if on_tpu
+        else "This run had no TPU, and tested none: its speed figures describe this machine and "
+        "say nothing about a TPU, so they are info. The checks ran against the simulated TPU "
+        "(a MirroredStrategy over logical CPU devices): they exercise the multi-replica code "
+        "paths, not TPUStrategy or a TPU."
+    )
+    return [
         "Statuses: pass and fail have a criterion on this hardware; info is measured with no "
         "criterion here (e.g. a TPU's peak rate on a CPU).",
         "Each check is a short real run; the notebook column names the lesson that teaches it.",
         f"To share it, attach {_FILE_STEM}.json to an issue opened with the repository's "
-        f'"{_ISSUE_TEMPLATE}" issue template.',
+        '"TPU self-test report" issue template.',
         *(f"On a TPU, {key} measures {meaning}." for key, meaning in ON_A_TPU.items()),
+        tested,
     ]
-    if on_tpu:
-        notes.append(
-            "The published peaks, the thresholds of the speed checks and the tolerances on the "
-            "TPU are unverified on hardware by this project: this report is how they get checked."
-        )
-    else:
-        notes.append(
-            "This run had no TPU, and tested none: its speed figures describe this machine and "
-            "say nothing about a TPU, so they are info. The checks ran against the simulated TPU "
-            "(a MirroredStrategy over logical CPU devices): they exercise the multi-replica code "
-            "paths, not TPUStrategy or a TPU."
-        )
-    return notes
