@@ -73,7 +73,6 @@ def test_the_tensorflow_registries_tpucheck_reads_answer_here():
     tf.function(lambda x: tf.linalg.matmul(x, x), jit_compile=True)(tf.ones((2, 2)))
     assert _tf.has_xla_cpu_kernel("MatMul") is True
     assert _tf.has_xla_cpu_kernel("PyFunc") is False
-    assert _tf.float64_enum() == tf.float64.as_datatype_enum
     assert hasattr(_tf.xplane_proto(), "XSpace")
     assert "MatMul" in _tf.gradient_registry()  # the registry of gradient functions, by op
 

@@ -4,10 +4,11 @@ The planted corpus: planted TPU problems must be caught, clean models must pass.
 
 Every case is tiny (a few hundred examples at most, layers of a few units) and built in this
 process; only the cases that need a real multi-replica strategy (a model built outside its scope,
-``steps_per_execution`` under MirroredStrategy) run together in one fresh process with the
-simulated 8-core TPU. A planted problem counts as caught when the report has a warning or an
-error with the expected code whose ``where`` names the planted place; a clean case raises a false
-alarm with any warning or error. ``test_corpus_figures`` prints recall and false alarms.
+``steps_per_execution`` under MirroredStrategy) run in one fresh process with the simulated
+8-core TPU, with the public corpus, while this process checks the others. A planted problem
+counts as caught when the report has a warning or an error with the expected code whose
+``where`` names the planted place; a clean case raises a false alarm with any warning or error.
+``test_corpus_figures`` prints recall and false alarms.
 
 The public corpus (``tests/tpucheck_public_cases.py``, expectations with their sources in
 ``tests/data/tpucheck/readiness_public_expected.toml``): training setups reproduced from TensorFlow's and
@@ -813,25 +814,40 @@ def outcome(case: Case, strategy=None) -> dict:
     return {"ok": ok, "problems": problems, "errors": errors, "seconds": seconds, **traced}
 
 
+# The planted cases that need the simulated 8-core TPU and the public corpus, in one fresh
+# process: one TensorFlow start-up for both.
 EIGHT_REPLICAS = f"""
 import json, sys
 import train_tpu
 strategy = train_tpu.connect({REPLICAS})
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import test_tpucheck_readiness_corpus as corpus
+import tpucheck_public_cases as public
 results = {{c.name: corpus.outcome(c, strategy) for c in corpus.CASES if c.needs_replicas}}
 print("RESULTS" + json.dumps(results))
+print("PUBLIC" + json.dumps(public.score_all(strategy)))
 """
 
 
 @pytest.fixture(scope="module")
-def results():
+def both_corpora() -> tuple[dict, dict]:
+    """(planted results, public results): the child runs while this process checks the planted
+    cases that need no real replicas."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from conftest import _run_python
 
-    found = {c.name: outcome(c) for c in CASES if not c.needs_replicas}
-    out = _run_python(EIGHT_REPLICAS).stdout
-    found.update(json.loads(out.split("RESULTS", 1)[1]))
-    return found
+    with ThreadPoolExecutor(1) as pool:
+        child = pool.submit(_run_python, EIGHT_REPLICAS, timeout=900)
+        found = {c.name: outcome(c) for c in CASES if not c.needs_replicas}
+        out = child.result().stdout
+    planted, public = out.split("RESULTS", 1)[1].split("PUBLIC", 1)
+    return {**found, **json.loads(planted)}, json.loads(public)
+
+
+@pytest.fixture(scope="module")
+def results(both_corpora):
+    return both_corpora[0]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -879,22 +895,10 @@ PUBLIC_EXPECTED = Path(__file__).parent / "data" / "tpucheck" / "readiness_publi
 with open(PUBLIC_EXPECTED, "rb") as _file:
     PUBLIC_CASES = tomllib.load(_file)["case"]
 
-PUBLIC = f"""
-import json, sys
-import train_tpu
-strategy = train_tpu.connect({REPLICAS})
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-import tpucheck_public_cases as public
-print("PUBLIC" + json.dumps(public.score_all(strategy)))
-"""
-
 
 @pytest.fixture(scope="module")
-def public_results():
-    from conftest import _run_python
-
-    out = _run_python(PUBLIC, timeout=900).stdout
-    return json.loads(out.split("PUBLIC", 1)[1])
+def public_results(both_corpora):
+    return both_corpora[1]
 
 
 def test_public_expectations_name_their_sources():

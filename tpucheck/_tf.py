@@ -34,13 +34,6 @@ def has_xla_cpu_kernel(op: str) -> bool:
     return any(k.device_type == "XLA_CPU_JIT" for k in registered)
 
 
-def float64_enum() -> int:
-    """``DT_DOUBLE``: how a GraphDef's attributes name float64."""
-    from tensorflow.core.framework import types_pb2
-
-    return types_pb2.DT_DOUBLE
-
-
 def xplane_proto():
     """The ``xplane_pb2`` module a profile's ``.xplane.pb`` is parsed with."""
     try:
@@ -51,15 +44,13 @@ def xplane_proto():
 
 
 def untuned_distributed_input(tf) -> bool:
-    """Run distributed iterators without tf.data's autotuning thread; True if it applies.
+    """Run distributed iterators without tf.data's autotuning threads; True if it applies.
 
-    Dropping a distributed iterator waits for the autotuning threads (one on the host pipeline,
-    one per replica), which sleep out a period that doubles up to 60 s as the iterator ages:
-    42 to 111 s after 100 s of reading, measured with TF 2.21 on the simulated TPU, 0.3 s
-    without autotuning; the self-test's script runs took 46 to 148 s each instead of 7.5 s.
-    TensorFlow has no public switch for the per-replica pipelines of ``OwnedMultiDeviceIterator``,
-    so this wraps the two private places that make them (nothing if they are missing).
-    ``AUTOTUNE`` values still work: parallel calls then use the CPU core count.
+    Dropping a distributed iterator waits for those threads (host pipeline and each replica's),
+    whose sleep doubles up to 60 s as it ages: 42 to 111 s after 100 s of reading with TF 2.21
+    on the simulated TPU, 0.3 s without. No public switch reaches ``OwnedMultiDeviceIterator``'s
+    per-replica pipelines, so this wraps the two private places that make them (``AUTOTUNE``
+    then uses the CPU core count).
     """
     from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
 
@@ -89,11 +80,7 @@ def untuned_distributed_input(tf) -> bool:
 
 
 def xla_op_sharding():
-    """The ``OpSharding`` proto class that XLA sharding annotations are stored as (07).
-
-    Read back from a traced graph by ``tpucheck.topology.sharding_annotations``; TensorFlow
-    publishes no reader for it.
-    """
+    """The ``OpSharding`` proto class of XLA sharding annotations: TensorFlow has no reader."""
     try:
         from tensorflow.compiler.xla import xla_data_pb2
     except ImportError:  # pragma: no cover - newer layouts of the XLA protos
@@ -105,22 +92,17 @@ def xla_op_sharding():
 def gradient_registry() -> dict | None:
     """TensorFlow's gradient functions by name, or None where the private registry has moved
     (``tf.RegisterGradient`` and graph-mode ``tf.custom_gradient`` add to it; nothing removes)."""
-    try:
-        from tensorflow.python.framework import ops
-    except ImportError:
-        return None
+    from tensorflow.python.framework import ops
+
     registry = getattr(getattr(ops, "gradient_registry", None), "_registry", None)
     return registry if isinstance(registry, dict) else None
 
 
 def forget_custom_gradients(keep=()) -> int:
-    """Drop the ``tf.custom_gradient`` functions registered so far, but those named in ``keep``;
-    return how many. Only once nobody differentiates their traced functions again (a training step
-    takes its gradient inside its own trace).
-
-    Each all-reduce traced in a replica context (every Keras 3 ``apply_gradients`` under a
-    strategy) is a custom gradient, registered as ``CustomGradient-N`` for good; its function holds
-    the traced graph and every variable it captured, after their model is gone: 0.42 GiB in
+    """Drop the ``tf.custom_gradient`` functions registered so far, but those named in ``keep``,
+    once nobody differentiates their traced functions again; return how many. Each all-reduce
+    traced in a replica context (every Keras 3 ``apply_gradients`` under a strategy) registers one
+    for good, holding its graph and captured variables after their model is gone: 0.42 GiB in
     notebook 10_tpu_readiness_check, 0.32 GiB in the self-test.
     """
     registry = gradient_registry() or {}

@@ -51,6 +51,7 @@ def check(
     ``steps_per_execution`` defaults to the model's; ``compile_step=False`` only reads the
     dataset and model; ``global_batch``: the size, where the pipeline does not say it.
     """
+    import keras
     import tensorflow as tf
 
     if not isinstance(dataset, tf.data.Dataset):
@@ -58,7 +59,7 @@ def check(
             "check() needs the tf.data.Dataset you feed to fit() (before "
             f"experimental_distribute_dataset), got {type(dataset).__name__}"
         )
-    if model is not None and not _is_keras_layer(model):
+    if model is not None and not isinstance(model, keras.layers.Layer):
         raise TypeError(f"model must be a Keras model, got {type(model).__name__}")
     if step is not None and not callable(step):
         raise TypeError(f"step must be a function, got {type(step).__name__}")
@@ -93,12 +94,6 @@ def check(
 
 
 # --------------------------------------------------------------------------------- arguments
-
-
-def _is_keras_layer(obj) -> bool:
-    import keras
-
-    return isinstance(obj, keras.layers.Layer)
 
 
 def _replica_count(strategy, strategy_given: bool, replicas, input_context) -> int:

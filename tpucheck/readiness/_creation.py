@@ -1,10 +1,8 @@
 """What a step would create while it is traced: optimizer slots, metric variables, layer weights.
 
-A variable creator records each, named from the Python stack (an optimizer in a closure or an
-attribute, a layer or metric built lazily, a variable made in the step), and goes on past slots
-and variables made in the step with stand-ins of its own; the objects that held them get their
-attributes back afterwards, so nothing of the user's is built. A layer or metric building itself
-stops the trace: going on would build the user's model.
+A variable creator records each, named from the Python stack, and goes on past slots and
+variables made in the step with stand-ins it takes back afterwards, so nothing of the user's is
+built. A layer or metric building itself stops the trace: going on would build the user's model.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import traceback
 from dataclasses import dataclass, field
 
 from tpucheck.readiness.report import Finding
@@ -63,14 +62,20 @@ def _owner(frames) -> tuple[object | None, bool]:
     return None, False
 
 
-def _user_line(frames) -> str | None:
-    """The innermost line of the user's own code, within the traced step (not its caller)."""
+def _in_step(frames):
+    """``(frame, whether it is the user's code)`` for ``frames`` (innermost first) up to the
+    check's own code, which traces the step."""
     for frame in frames:
         module = frame.f_globals.get("__name__", "")
-        if module == _STEP_MODULE:  # the check's own code: past the traced step, never the user's
-            return None
-        generated = "__autograph_generated" in frame.f_code.co_filename
-        if module.split(".")[0] not in _LIBRARIES and not generated:
+        if module == _STEP_MODULE:
+            return
+        yield frame, module.split(".")[0] not in _LIBRARIES
+
+
+def _user_line(frames) -> str | None:
+    """The innermost line of the user's own code, within the traced step (not its caller)."""
+    for frame, user in _in_step(frames):
+        if user and "__autograph_generated" not in frame.f_code.co_filename:
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
     return None
 
@@ -107,21 +112,10 @@ def creation_in(err: BaseException) -> Creation | None:
     frames, seen = [], set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        tb, chain = err.__traceback__, []
-        while tb is not None:
-            chain.append(tb.tb_frame)
-            tb = tb.tb_next
+        chain = [frame for frame, _ in traceback.walk_tb(err.__traceback__)]
         frames += reversed(chain)  # innermost first
         err = err.__cause__ or err.__context__
     return _classify(frames, "", bare_variable=False)
-
-
-def _stack() -> list:
-    frames, frame = [], sys._getframe(2)
-    while frame is not None:
-        frames.append(frame)
-        frame = frame.f_back
-    return frames
 
 
 def _holders(frames, creation: Creation) -> list:
@@ -130,27 +124,23 @@ def _holders(frames, creation: Creation) -> list:
     import keras
 
     found = [creation.obj] if creation.kind == "optimizer" else []
-    for frame in frames:
-        if frame.f_globals.get("__name__") == _STEP_MODULE:  # past the traced step
-            break
+    for frame, user in _in_step(frames):
         obj = frame.f_locals.get("self")
-        module = frame.f_globals.get("__name__", "")
-        user = module.split(".")[0] not in _LIBRARIES
-        if user and obj is not None and hasattr(obj, "__dict__"):
-            if not isinstance(obj, keras.layers.Layer):
-                found.append(obj)
+        if user and hasattr(obj, "__dict__") and not isinstance(obj, keras.layers.Layer):
+            found.append(obj)
     trackers = [getattr(obj, "_tracker", None) for obj in found]  # Keras' ids of what it holds
     return found + [t for t in trackers if t is not None and hasattr(t, "__dict__")]
 
 
-def _copy(value):
-    """A copy of a list, dict or set (one level into a dict's lists and sets), else None."""
+def _copy(value, depth: int = 2):
+    """A copy of a list or set, or of a dict with copies of its containers, ``depth`` dicts deep
+    (an object's attributes, and one level into a dict among them); else None."""
     if isinstance(value, list):
         return list(value)
     if isinstance(value, set):
         return set(value)
-    if isinstance(value, dict):
-        return {k: (v, _copy(v) if isinstance(v, (list, set)) else None) for k, v in value.items()}
+    if isinstance(value, dict) and depth:
+        return {k: (v, _copy(v, depth - 1)) for k, v in value.items()}
     return None
 
 
@@ -169,22 +159,6 @@ def _put_back(value, copy) -> None:
             dict.__setitem__(value, key, item)
             if inner is not None:
                 _put_back(item, inner)
-
-
-def _snapshot(obj) -> dict:
-    """``obj``'s attributes, with copies of the containers among them (see :func:`_copy`)."""
-    return {key: (value, _copy(value)) for key, value in vars(obj).items()}
-
-
-def _restore(obj, saved: dict) -> None:
-    """Put back what :func:`_snapshot` saw; attributes added since are removed."""
-    attributes = vars(obj)
-    for key in [k for k in attributes if k not in saved]:
-        del attributes[key]
-    for key, (value, copy) in saved.items():
-        attributes[key] = value
-        if copy is not None:
-            _put_back(value, copy)
 
 
 def _stand_in(kwargs, next_creator):
@@ -218,14 +192,14 @@ def stop_at_creation(created: list):
     def creator(next_creator, **kwargs):
         if getattr(local, "busy", False):  # e.g. an initializer's own state: not the step's
             return _stand_in(kwargs, next_creator)
-        frames = _stack()
+        frames = [frame for frame, _ in traceback.walk_stack(sys._getframe(1))]
         name = str(kwargs.get("name") or "a variable")
         creation = _classify(frames, name, bare_variable=True)
         created.append(creation)
         if creation.kind == "lazy":
             raise _Stopped(f"the step would build {creation.owner}")
         for obj in _holders(frames, creation):
-            saved.setdefault(id(obj), (obj, _snapshot(obj)))
+            saved.setdefault(id(obj), (obj, _copy(vars(obj))))
         local.busy = True
         try:
             return _stand_in(kwargs, next_creator)
@@ -237,7 +211,7 @@ def stop_at_creation(created: list):
             yield
     finally:
         for obj, snapshot in saved.values():
-            _restore(obj, snapshot)
+            _put_back(vars(obj), snapshot)  # attributes added since are removed
         for creation in created:
             if creation is not None and creation.kind == "optimizer":
                 creation.obj.built = False  # as it was: its build() never happened for real
@@ -245,17 +219,10 @@ def stop_at_creation(created: list):
 
 def distinct(creations: list) -> list:
     """One :class:`Creation` per owner and line: what a report names."""
-    seen, found = set(), []
-    for creation in creations:
-        key = (
-            creation.kind,
-            id(creation.obj) if creation.obj is not None else creation.owner,
-            creation.line,
-        )
-        if key not in seen:
-            seen.add(key)
-            found.append(creation)
-    return found
+    found = {}
+    for c in creations:
+        found.setdefault((c.kind, id(c.obj) if c.obj is not None else c.owner, c.line), c)
+    return list(found.values())
 
 
 def creation_finding(creation: Creation, where: str, replicas: int, kind: str) -> Finding:

@@ -1,12 +1,6 @@
-"""Checks of the input pipeline, read from ``dataset.element_spec`` and its graph, no data pulled.
-
-Where the spec says None for the batch dimension (a batch may be partial), :func:`read_batching`
-reads the size where the pipeline sets it: the last ``batch`` op, each ``zip`` component, the
-datasets a ``flat_map`` or ``interleave`` builds (as Keras' array adapter does for ``fit`` on
-arrays); else the user's ``global_batch``; else ``skipped`` says which checks were left out.
-:func:`check_pipeline` reads what the pipeline's own functions run (``map``, ``filter``, ...,
-and ``Dataset.from_generator``'s ``tf.numpy_function``): Python on the host, constant seeds.
-"""
+"""Checks of the input pipeline, read from ``dataset.element_spec`` and its graph, no data pulled:
+shapes, dtypes, the batch (read from the pipeline's batch ops where the spec says None), and
+what the pipeline's own functions run (Python on the host, constant seeds)."""
 
 from __future__ import annotations
 
@@ -38,18 +32,11 @@ def kind_of(spec) -> str:
     """``dense``, ``ragged``, ``sparse`` or ``other``: one leaf of an element spec."""
     import tensorflow as tf
 
-    if isinstance(spec, tf.TensorSpec):
-        return "dense"
-    if isinstance(spec, tf.RaggedTensorSpec):
-        return "ragged"
-    if isinstance(spec, tf.SparseTensorSpec):
-        return "sparse"
-    return "other"
+    kinds = {tf.TensorSpec: "dense", tf.RaggedTensorSpec: "ragged", tf.SparseTensorSpec: "sparse"}
+    return next((kind for cls, kind in kinds.items() if isinstance(spec, cls)), "other")
 
 
-def check_dataset(
-    dataset, spec, replicas: int, report: Report, per_replica: bool = False, given_batch=None
-) -> None:
+def check_dataset(dataset, spec, replicas: int, report: Report, per_replica, given_batch) -> None:
     """Shapes, dtypes, the batch and prefetch. ``per_replica``: a ``dataset_fn``'s batches;
     ``given_batch``: ``check(global_batch=)``, where the pipeline does not say it."""
     report.checked.append("dataset")
@@ -71,17 +58,15 @@ def check_dataset(
                 "Convert it to dense tensors in the tf.data pipeline (dataset.map).",
             )
             continue
-        dtype = getattr(leaf, "dtype", None)
-        if dtype is not None and dtype.name in HOST_ONLY_DTYPES:
-            host.append(f"{path} ({dtype.name})")
-        elif dtype is not None and dtype.name == "float64":
+        dtype = leaf.dtype.name  # dense, ragged and sparse specs all have one
+        if dtype in HOST_ONLY_DTYPES:
+            host.append(f"{path} ({dtype})")
+        elif dtype == "float64":
             float64.append(path)
-        if kind != "dense":
+        if kind != "dense" or leaf.shape.rank == 0:
             continue
         if leaf.shape.rank is None:
             _add_dynamic(report, path, "its rank (number of dimensions) is unknown")
-            continue
-        if leaf.shape.rank == 0:
             continue
         if leaf.shape[0] is None:
             dynamic_batch.append(path)
@@ -114,20 +99,26 @@ def check_dataset(
             "dataset.map(lambda x, y: (tf.cast(x, tf.float32), y)).",
         )
     batch = batch_sizes.pop() if len(batch_sizes) == 1 and not dynamic_batch else None
-    source = ""
+    source, why = "", None
     if dynamic_batch:
         found = read_batching(dataset)
         info = found if isinstance(found, Batching) else None
         report.findings.append(_dynamic_batch(info, dynamic_batch, replicas, per_replica))
-        batch = info.size if info is not None else None
-        source = f" (read from the pipeline's {info.op}: the spec says None)" if info else ""
-        report.stats["batch_from_pipeline"] = batch
-        if info is None:
+        report.stats["batch_from_pipeline"] = info.size if info else None
+        if info:
+            batch, source = info.size, f" (read from the pipeline's {info.op}: the spec says None)"
+        else:
             why = found or "the pipeline has no batch op"
-            batch, source = _given(given_batch, why, replicas, report)
     elif len(batch_sizes) > 1:
         why = f"the element's tensors have batch sizes {sorted(batch_sizes)}"
-        batch, source = _given(given_batch, why, replicas, report)
+    if why and given_batch is not None:
+        batch, source = given_batch, f" (global_batch={given_batch}: {why})"
+    elif why:
+        report.skipped.append(
+            f"the batch split over {replicas} replica(s), tile and small-batch checks: {why}, so "
+            "the batch size could not be read; pass global_batch= (the size you batch with) to "
+            "check them"
+        )
     if batch is not None and given_batch is not None and batch != given_batch:
         raise ValueError(
             f"global_batch: the pipeline batches {batch} examples"
@@ -135,7 +126,10 @@ def check_dataset(
         )
     if batch is not None:
         _check_batch(batch, replicas, report, per_replica, source)
-    if not _ends_with_prefetch(dataset):
+    last = dataset
+    while "Options" in type(last).__name__ and hasattr(last, "_input_dataset"):
+        last = last._input_dataset  # look through with_options()' wrappers (private, long-stable)
+    if "Prefetch" not in type(last).__name__:
         report.add(
             "no-prefetch",
             "note",
@@ -145,18 +139,6 @@ def check_dataset(
             "host prepare the next batch while the TPU computes.",
             "End the pipeline with .prefetch(tf.data.AUTOTUNE).",
         )
-
-
-def _ends_with_prefetch(dataset) -> bool:
-    # with_options() wraps the dataset; look through those wrappers (private but long-stable).
-    for _ in range(10):
-        name = type(dataset).__name__
-        if "Prefetch" in name:
-            return True
-        if "Options" not in name or not hasattr(dataset, "_input_dataset"):
-            return False
-        dataset = dataset._input_dataset
-    return False
 
 
 def _add_nondense(report: Report, kind: str, path: str, leaf) -> None:
@@ -290,17 +272,6 @@ def _dynamic_batch(info: Batching | None, paths, replicas: int, per_replica: boo
     )
 
 
-def _given(given_batch, why: str, replicas: int, report: Report) -> tuple[int | None, str]:
-    """The batch the user passed where the pipeline does not say it, or a skipped entry."""
-    if given_batch is not None:
-        return given_batch, f" (global_batch={given_batch}: {why})"
-    report.skipped.append(
-        f"the batch split over {replicas} replica(s), tile and small-batch checks: {why}, so the "
-        "batch size could not be read; pass global_batch= (the size you batch with) to check them"
-    )
-    return None, ""
-
-
 def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool, source: str) -> None:
     report.checked.append("per-replica batch" if per_replica else "batch split")
     if per_replica:  # a dataset_fn's batch is one replica's: nothing to split
@@ -355,12 +326,7 @@ def _check_batch(batch: int, replicas: int, report: Report, per_replica: bool, s
 _BATCH_KINDS = ("_BatchDataset", "_ParallelBatchDataset", "_PaddedBatchDataset")
 _FUNCTION_KINDS = ("_FlatMapDataset", "_InterleaveDataset", "_ParallelInterleaveDataset")
 _UNBATCHING = ("_UnbatchDataset", "_RebatchDataset", "_WindowDataset", "_ScanDataset")
-_GRAPH_BATCH_OPS = (
-    "BatchDataset",
-    "BatchDatasetV2",
-    "ParallelBatchDataset",
-    "PaddedBatchDatasetV2",
-)
+_BATCH_OPS = ("BatchDataset", "BatchDatasetV2", "ParallelBatchDataset", "PaddedBatchDatasetV2")
 
 
 @dataclass(frozen=True)
@@ -409,13 +375,12 @@ def _inputs(ds) -> list:
     return list(getattr(ds, "_inputs", list)())  # tf.data's private but long-stable links
 
 
-def read_batching(dataset, repeat_after: bool = False) -> Batching | str | None:
-    """The batching of ``dataset``; a reason when it cannot be read; None when it has no batch op."""
+def read_batching(ds, repeat_after: bool = False) -> Batching | str | None:
+    """The batching of ``ds``; a reason when it cannot be read; None when it has no batch op."""
     import tensorflow as tf
 
     if not tf.executing_eagerly():
         return "the pipeline can only be read eagerly"
-    ds = dataset
     while True:
         name = type(ds).__name__
         if name in _BATCH_KINDS:
@@ -428,22 +393,18 @@ def read_batching(dataset, repeat_after: bool = False) -> Batching | str | None:
             return f"dataset.{transformation_kind(ds)}() regroups the elements after any batch op"
         repeat_after = repeat_after or name == "_RepeatDataset"
         inputs = _inputs(ds)
-        if len(inputs) != 1:  # a source, or a transformation of several datasets
-            return (
-                None
-                if not inputs
-                else f"dataset.{transformation_kind(ds)}() combines several datasets"
-            )
+        if len(inputs) > 1:
+            return f"dataset.{transformation_kind(ds)}() combines several datasets"
+        if not inputs:  # a source, with no batch op
+            return None
         ds = inputs[0]
 
 
 def _count(ds) -> int | None:
     import tensorflow as tf
 
-    count = int(ds.cardinality())
-    return {int(tf.data.INFINITE_CARDINALITY): -1, int(tf.data.UNKNOWN_CARDINALITY): None}.get(
-        count, count
-    )
+    count = int(ds.cardinality())  # tf.data.INFINITE_CARDINALITY is -1, as Batching.elements
+    return None if count == tf.data.UNKNOWN_CARDINALITY else count
 
 
 def _from_batch_op(ds, repeat_after: bool) -> Batching | str:
@@ -467,18 +428,16 @@ def _from_zip(ds, repeat_after: bool) -> Batching | str | None:
     sizes = sorted({b.size for b in batched})
     if len(sizes) > 1:
         return f"zip() pairs batches of different sizes ({', '.join(map(str, sizes))})"
-    known = [b for b in batched if b.batches is not None]
     # zip() stops with its shortest component: that one's last batch is the pass's last.
-    first_to_end = min(known, key=lambda b: b.batches) if len(known) == len(batched) else None
-    ops = ", ".join(b.op for b in batched)
-    base = first_to_end or batched[0]
+    known = all(b.batches is not None for b in batched)
+    first = min(batched, key=lambda b: b.batches) if known else None
     return Batching(
         sizes[0],
         all(b.drop_remainder for b in batched),
-        base.elements if first_to_end else None,
+        first.elements if first else None,
         repeat_after,
-        f"zip({ops})",
-        base.last if first_to_end else None,
+        f"zip({', '.join(b.op for b in batched)})",
+        first.last if first else None,
     )
 
 
@@ -500,13 +459,11 @@ def _from_function(ds, repeat_after: bool) -> Batching | str:
         if sizes[:-1] != [size] * (len(sizes) - 1) or sizes[-1] > size or parts[-1][1] != 1:
             return f"the datasets {where} builds yield batches of sizes {sorted(set(sizes))}"
         last = sizes[-1]  # full batches, then one partial batch (Keras' array adapter)
-    counts = [count for _, count, _ in parts]
-    known = None not in counts and _count(ds._input_dataset) == 1
+    known = all(count is not None for _, count, _ in parts) and _count(ds._input_dataset) == 1
     elements = sum(s * c for s, c, _ in parts) if known else None
     drop = all(d for _, _, d in parts) and last is None
-    kind = transformation_kind(ds)
-    name = re.sub(rf"^__inference_Dataset_{kind}_|_\d+$", "", function.name.decode())
-    return Batching(size, drop, elements, repeat_after, f"{kind}({name})", last)
+    op = _transformation(ds, function.name.decode()).removeprefix("dataset.")
+    return Batching(size, drop, elements, repeat_after, op, last)
 
 
 def _parts(op, tf) -> list[tuple[int, int | None, bool]] | None:
@@ -516,7 +473,7 @@ def _parts(op, tf) -> list[tuple[int, int | None, bool]] | None:
     if op.type == "ConcatenateDataset":
         first, second = _parts(op.inputs[0].op, tf), _parts(op.inputs[1].op, tf)
         return first + second if first and second else None
-    if op.type in _GRAPH_BATCH_OPS:
+    if op.type in _BATCH_OPS:
         size = tf.get_static_value(op.inputs[1])
         drop = tf.get_static_value(op.inputs[-1]) if op.type != "BatchDataset" else False
         return None if size is None or drop is None else [(int(size), None, bool(drop))]
@@ -544,7 +501,7 @@ def _datasets(dataset):
             continue
         seen.add(id(ds))
         yield ds
-        todo += list(getattr(ds, "_inputs", list)())
+        todo += _inputs(ds)
 
 
 def _transformation(ds, function_name: str) -> str:
@@ -554,20 +511,26 @@ def _transformation(ds, function_name: str) -> str:
     return f"dataset.{kind}({name})"
 
 
+def function_place(fn) -> str:
+    """``name() at file:line`` of a Python function."""
+    fn = inspect.unwrap(fn)
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        return f"{name}() at {inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
+    except (OSError, TypeError):
+        return f"{name}()"
+
+
 def _python_callable(token: bytes) -> str | None:
-    """The Python function a ``PyFunc`` op calls back, as ``name() at file:line``."""
+    """The Python function a ``PyFunc`` op calls back, or ``generator`` (from_generator's)."""
     func = _tf.py_function_callback(token.decode())
     func = getattr(func, "_func", func)  # tf.py_function wraps it in an EagerFunc
     if func is None:
         return None
-    func = inspect.unwrap(func)
-    name = getattr(func, "__qualname__", repr(func))
+    name = getattr(inspect.unwrap(func), "__qualname__", "")
     if "_from_generator" in name or "_GeneratorState" in name:
         return "generator"
-    try:
-        return f"{name}() at {inspect.getsourcefile(func)}:{inspect.getsourcelines(func)[1]}"
-    except (OSError, TypeError):
-        return f"{name}()"
+    return function_place(func)
 
 
 def check_pipeline(dataset, report: Report) -> None:
@@ -577,16 +540,16 @@ def check_pipeline(dataset, report: Report) -> None:
         for wrapper in getattr(ds, "_functions", list)():
             function = wrapper.function
             where = _transformation(ds, function.name.decode())
-            for op, _, node in graph_nodes(function):
-                if op not in PYTHON_OPS:
+            graph = function.graph.as_graph_def()
+            for node in graph_nodes(graph):
+                if node.op not in PYTHON_OPS:
                     continue
-                target = _python_callable(node.attr["token"].s) if "token" in node.attr else None
+                target = _python_callable(node.attr["token"].s)
                 if target == "generator":
                     generator = True
                 else:
-                    functions.append(f"{where}: {PYTHON_OPS[op]}({target or node.name})")
-            names = constant_seed_ops(function.graph.as_graph_def())
-            if names:
+                    functions.append(f"{where}: {PYTHON_OPS[node.op]}({target or node.name})")
+            if names := constant_seed_ops(graph):
                 seeded.append(f"{where} ({', '.join(names[:2])})")
     report.checked.append("pipeline functions")
     if functions:

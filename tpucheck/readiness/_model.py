@@ -32,7 +32,7 @@ def check_model(model, strategy, report: Report) -> None:
             )
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         _check_scope(model, strategy, report)
-    doubles = [v.path for v in model.weights if _dtype_name(v) == "float64"]
+    doubles = [v.path for v in model.weights if v.dtype == "float64"]
     if doubles:
         report.add(
             "float64",
@@ -69,11 +69,6 @@ def _parts(model) -> tuple[list[str], list[str]]:
     return built, unbuilt
 
 
-def _dtype_name(variable) -> str:
-    dtype = getattr(variable, "dtype", "")
-    return getattr(dtype, "name", str(dtype))
-
-
 def _variables_outside_scope(model, strategy) -> list:
     """The model's variables (Keras' wrappers) that were not created under ``strategy.scope()``."""
     import keras
@@ -90,15 +85,9 @@ def _variables_outside_scope(model, strategy) -> list:
     return outside
 
 
-def _path(variable) -> str:
-    return getattr(variable, "path", getattr(variable, "name", "?"))
-
-
 def _is_random_state(variable) -> bool:
     """A Keras SeedGenerator's state: random-number bookkeeping, not a weight."""
-    return not getattr(variable, "trainable", True) and _path(variable).endswith(
-        "seed_generator_state"
-    )
+    return not variable.trainable and variable.path.endswith("seed_generator_state")
 
 
 def _check_scope(model, strategy, report: Report) -> None:
@@ -107,13 +96,13 @@ def _check_scope(model, strategy, report: Report) -> None:
     random_state = [v for v in outside if _is_random_state(v)]
     weights = [v for v in outside if not _is_random_state(v)]
     if weights:
-        trainable = sum(bool(getattr(v, "trainable", False)) for v in weights)
+        trainable = sum(v.trainable for v in weights)
         report.add(
             "model-outside-scope",
             "error",
             f"{len(weights)} of {len(model.variables)} model variables ({trainable} "
             "trainable) were created outside strategy.scope()",
-            f"model '{model.name}', e.g. {_path(weights[0])}",
+            f"model '{model.name}', e.g. {weights[0].path}",
             "They are ordinary variables on one device, not one copy per replica. Keras' "
             "fit() then stops with RuntimeError 'Need to be inside with strategy.scope()' "
             "(tf.distribute's check, shared by every strategy; seen here with Keras 3.15 on "
@@ -134,7 +123,7 @@ def _check_scope(model, strategy, report: Report) -> None:
             "note",
             f"{len(random_state)} random-number state variable(s) of augmentation layers "
             "were created outside strategy.scope()",
-            f"model '{model.name}', e.g. {_path(random_state[0])}",
+            f"model '{model.name}', e.g. {random_state[0].path}",
             "These are the seed-generator states of random layers (RandomFlip, "
             "RandomRotation, ...), not weights: nothing is trained in them. They stay one "
             "variable on the device where they were made, which every replica reads; the "
@@ -165,10 +154,9 @@ def _matmul_layers(model) -> list[tuple]:
     """``(layer, unit word, K, N, rows per example)`` for Dense and plain Conv layers, in order."""
     import keras
 
-    layers = _all_layers(model)
     convs = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
     found = []
-    for layer in layers:
+    for layer in _all_layers(model):
         kernel = getattr(layer, "kernel", None)
         if kernel is None or not getattr(layer, "built", False):
             continue
@@ -201,14 +189,13 @@ def _check_tiles(model, report: Report) -> None:
     padded = sum(padded_work)
     for (layer, word, _, n, _), work in zip(layers[:-1], padded_work, strict=False):
         # The last layer's width is the number of outputs: set by the task, never reported.
-        up, down = round_up(n, TILE_COLS), n // TILE_COLS * TILE_COLS
-        waste = 1 - n / up
+        waste = 1 - n / round_up(n, TILE_COLS)
         if waste < PADDING_WARNING_SHARE:
             continue
         # Below one tile, the layer already costs the least it can (one tile): its padding is
         # free capacity, not lost time. Above, the padded columns are time the model pays for;
         # a warning when they are a sizeable share of the whole model's (estimated) work.
-        share = work * waste / padded if down else 0.0
+        share = work * waste / padded if n >= TILE_COLS else 0.0
         report.findings.append(_layer_tiles(model, layer, word, n, waste, share))
     overall = 1 - useful / padded
     report.stats["tile_padding"] = round(overall, 4)

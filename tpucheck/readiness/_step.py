@@ -14,7 +14,7 @@ import types
 
 from tpucheck import _tf
 from tpucheck.readiness._creation import creation_finding, creation_in, distinct, stop_at_creation
-from tpucheck.readiness._inputs import components, kind_of
+from tpucheck.readiness._inputs import components, function_place, kind_of
 from tpucheck.readiness._xla import (
     add_constant_seeds,
     add_value_shape_ops,
@@ -65,29 +65,28 @@ def _feedable(spec) -> bool:
     )
 
 
-def _binds(fn, count: int) -> bool | None:
-    """Whether ``fn`` accepts ``count`` positional arguments; None when its signature is unknown."""
+def _binds(fn, count: int) -> bool:
+    """Whether ``fn`` accepts ``count`` positional arguments (True when its signature is unknown)."""
     try:
         inspect.signature(fn).bind(*range(count))
     except TypeError:
         return False
     except ValueError:  # a builtin or C function without a signature
-        return None
+        pass
     return True
 
 
-def _calling_convention(fn, spec, step_args: str | None) -> tuple[tuple, str] | str:
-    """``(argument specs, convention)`` as strategy.run would pass the batch, or why not."""
+def _calling_convention(fn, spec, step_args: str | None) -> tuple | str:
+    """The argument specs as strategy.run would pass the batch, or why not."""
     unpacked = tuple(spec) if isinstance(spec, tuple) else (spec,)
     conventions = {"unpack": unpacked, "element": (spec,)}
     if step_args is not None:
-        return conventions[step_args], step_args
+        return conventions[step_args]
     if len(unpacked) == 1:
-        return unpacked, "unpack"
-    fits = {name: _binds(fn, len(args)) for name, args in conventions.items()}
+        return unpacked
     for name in STEP_ARGS:  # unpacked first: strategy.run(step, args=batch)
-        if fits[name] is not False:
-            return conventions[name], name
+        if _binds(fn, len(conventions[name])):
+            return conventions[name]
     return (
         f"it takes neither the {len(unpacked)} parts of the dataset element (strategy.run(step, "
         "args=batch)) nor the element as one argument (strategy.run(step, args=(batch,))); "
@@ -97,27 +96,19 @@ def _calling_convention(fn, spec, step_args: str | None) -> tuple[tuple, str] | 
 
 def _step_inputs(spec, model, step, step_args=None):
     """``(function, args spec, description)`` for the step to trace, or a reason it can't be."""
+    import keras
+
     if step is not None:
-        fn = _python_function(step)
-        found = _calling_convention(fn, spec, step_args)
-        if isinstance(found, str):
-            return fn, found, _describe_function(step)
-        return fn, found[0], _describe_function(step)
-    if _overrides_train_step(model):  # fit() runs the model's own train_step(data)
+        fn = getattr(step, "python_function", step)  # under a tf.function: traced afresh
+        return fn, _calling_convention(fn, spec, step_args), f"step {function_place(fn)}"
+    base = keras.Model.train_step
+    if getattr(type(model), "train_step", base) is not base:  # a model's own, as GANs write
         fn = model.train_step
         return fn, (spec,), f"model '{model.name}'.train_step(), the step fit() runs"
     x = spec[0] if isinstance(spec, tuple) else spec
     if isinstance(x, dict):  # Keras ignores extra keys; leave out what only the host can hold
         x = {k: v for k, v in x.items() if _feedable(v)}
     return _forward_backward(model), (x,), f"the forward and backward pass of model '{model.name}'"
-
-
-def _overrides_train_step(model) -> bool:
-    """True for a Keras model whose class writes its own ``train_step`` (GANs, trainers)."""
-    import keras
-
-    base = getattr(keras.Model, "train_step", None)
-    return base is not None and getattr(type(model), "train_step", base) is not base
 
 
 def _forward_backward(model):
@@ -135,38 +126,12 @@ def _forward_backward(model):
     return forward_backward
 
 
-def _python_function(fn):
-    """The plain Python function under a ``tf.function`` (tracing it afresh shows its effects)."""
-    return getattr(fn, "python_function", fn)
-
-
-def _describe_function(fn) -> str:
-    fn = inspect.unwrap(_python_function(fn))
-    name = getattr(fn, "__qualname__", repr(fn))
-    try:
-        return f"step {name}() at {inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"
-    except (OSError, TypeError):
-        return f"step {name}()"
-
-
-def check_step(
-    spec,
-    model,
-    step,
-    replicas: int,
-    report: Report,
-    per_replica: bool = False,
-    strategy_kind: str = "other",
-    step_args: str | None = None,
-) -> None:
+# The check only traces the step: nothing differentiates its graph afterwards.
+@_tf.forgetting_custom_gradients()
+def check_step(spec, model, step, replicas, report, per_replica, strategy_kind, step_args) -> None:
     """Trace the step (or the model's forward and backward pass) with one replica's batch;
     ``step_args``: how strategy.run passes it (:data:`STEP_ARGS`; None tries both)."""
-    # The check only traces the step: nothing differentiates its graph afterwards.
-    with _tf.forgetting_custom_gradients():
-        _check_step(spec, model, step, replicas, report, per_replica, strategy_kind, step_args)
-
-
-def _check_step(spec, model, step, replicas, report, per_replica, strategy_kind, step_args):
+    import keras
     import tensorflow as tf
 
     fn, args, where = _step_inputs(spec, model, step, step_args)
@@ -193,7 +158,11 @@ def _check_step(spec, model, step, replicas, report, per_replica, strategy_kind,
 
     jit = tf.function(flat_step, jit_compile=True)
     soft = soft_placement_when_traced()
-    watch, unbuilt = Watch(fn), unbuilt_optimizers(fn)
+    values = step_values(fn)
+    before = _fingerprints(values)
+    unbuilt = [
+        v for v in values.values() if isinstance(v, keras.optimizers.Optimizer) and not v.built
+    ]
     failure = None
     with capture_print() as printed, _built_in_their_scopes(unbuilt):
         try:
@@ -213,11 +182,13 @@ def _check_step(spec, model, step, replicas, report, per_replica, strategy_kind,
         _add_creations(report, creations, model, step, where, replicas, strategy_kind, unexplained)
         return
     report.checked.append("step trace")
-    add_side_effects(report, where, printed, watch.changed(), frozen_random(fn))
-    seeded = constant_seed_ops(concrete.graph.as_graph_def())
+    changed = [n for n, fp in _fingerprints(step_values(fn)).items() if before.get(n, fp) != fp]
+    add_side_effects(report, where, printed, changed, frozen_random(fn, values))
+    graph = concrete.graph.as_graph_def()
+    seeded = constant_seed_ops(graph)
     if seeded:
         add_constant_seeds(report, f"{where}; op {', '.join(seeded[:3])}")
-    reported, value_shape = check_graph_ops(concrete, where, report, soft)
+    reported, value_shape = check_graph_ops(graph, where, report, soft)
     if compile_args is None:
         report.skipped.append(
             "full XLA compile: the step's inputs have dimensions of unknown size (see above)"
@@ -342,53 +313,30 @@ def _add_trace_error(report: Report, where: str, err: Exception) -> None:
 # ------------------------------------------------------------------- Python side effects
 
 
-def unbuilt_optimizers(fn) -> list:
-    """The unbuilt Keras optimizers the step's code names (closures, globals, ``self``): the
-    check marks them unbuilt again after tracing (one without slots builds without a variable)."""
-    import keras
+def step_values(fn) -> dict:
+    """The Python values a step can change unnoticed: the closures, globals and attributes of
+    ``self`` that its code names."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return {}
+    names = {name for block in _code_objects(code) for name in block.co_names}
+    glob = getattr(fn, "__globals__", {})
+    found = {
+        name: glob[name]
+        for name in names
+        if name in glob and not isinstance(glob[name], types.ModuleType)
+    }
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+        with contextlib.suppress(ValueError):  # an empty cell
+            found[name] = cell.cell_contents
+    owner = getattr(getattr(fn, "__self__", None), "__dict__", {})
+    found.update({f"self.{n}": owner[n] for n in names if not n.startswith("_") and n in owner})
+    return found
 
-    return [
-        value
-        for value in Watch(fn).values().values()
-        if isinstance(value, keras.optimizers.Optimizer) and not value.built
-    ]
 
-
-# What a traced step may change in Python without anyone noticing: closure variables, globals and
-# attributes of ``self`` that the function's code names.
-class Watch:
-    """The Python values a step can change: closures, globals, ``self`` attributes."""
-
-    def __init__(self, fn):
-        self.fn = inspect.unwrap(fn)
-        self.before = {name: _fingerprint(v) for name, v in self.values().items()}
-
-    def values(self) -> dict:
-        fn = self.fn
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            return {}
-        names = _code_names(code)
-        found = {}
-        glob = getattr(fn, "__globals__", {})
-        for name in names:
-            if name in glob and not isinstance(glob[name], types.ModuleType):
-                found[name] = glob[name]
-        for name, cell in zip(
-            code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False
-        ):
-            with contextlib.suppress(ValueError):  # an empty cell
-                found[name] = cell.cell_contents
-        owner = getattr(fn, "__self__", None)
-        if owner is not None:
-            for name in names:
-                if not name.startswith("_") and name in getattr(owner, "__dict__", {}):
-                    found[f"self.{name}"] = owner.__dict__[name]
-        return found
-
-    def changed(self) -> list[str]:
-        now = {name: _fingerprint(v) for name, v in self.values().items()}
-        return [name for name, fp in now.items() if self.before.get(name, fp) != fp]
+def _fingerprints(values: dict) -> dict:
+    return {name: _fingerprint(value) for name, value in values.items()}
 
 
 def _code_objects(code) -> list:
@@ -398,10 +346,6 @@ def _code_objects(code) -> list:
         if isinstance(const, types.CodeType):
             found += _code_objects(const)
     return found
-
-
-def _code_names(code) -> set[str]:
-    return {name for block in _code_objects(code) for name in block.co_names}
 
 
 def _fingerprint(value):
@@ -433,7 +377,7 @@ def capture_print():
         builtins.print = real_print
 
 
-def frozen_random(fn) -> list[str]:
+def frozen_random(fn, values: dict) -> list[str]:
     """Python or NumPy random generators and clocks the step's own code uses."""
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
@@ -456,7 +400,7 @@ def frozen_random(fn) -> list[str]:
                 hits.add(f"{ins.argval}.random")
             elif callable(obj) and not module and origin in ("random", "time"):
                 hits.add(ins.argval)  # from time import time, from random import random
-    for name, value in Watch(fn).values().items():  # generator objects held by the step
+    for name, value in values.items():  # generator objects held by the step
         if type(value).__module__.startswith(("numpy.random", "random")):
             hits.add(name)
     return sorted(hits)

@@ -1,8 +1,5 @@
-"""What a traced graph holds: ops with no XLA kernel, float64 math, a full compile; and stateless
-random ops seeded by a constant (``tf.random.stateless_uniform``, ``keras.random.dropout(...,
-seed=42)``), which draw the same numbers every time they run: :func:`constant_seed_ops` folds
-constants back from each one's seed input, in nested functions too.
-"""
+"""What a traced graph holds: ops with no XLA kernel, float64 math, a full compile, and stateless
+random ops seeded by a constant (the same numbers every time they run)."""
 
 from __future__ import annotations
 
@@ -12,12 +9,6 @@ from tpucheck import _tf
 from tpucheck.readiness.report import Finding, Report
 from tpucheck.tpu_facts import FLOAT64_WHY
 
-# What TPUStrategy does with an op that has no XLA kernel, read in TensorFlow 2.20.0's source:
-# tpu.replicate() (tensorflow/python/tpu/tpu.py) asks for automatic outside compilation, which
-# runs such ops on the host CPU, only when tf.config.get_soft_device_placement() is True while
-# the step is traced; inside a traced function that is False unless the user called
-# tf.config.set_soft_device_placement(True) (tensorflow/python/eager/context.py). Without it the
-# TPU compile rejects the op (tensorflow/tensorflow#42454, on a Cloud TPU; #43705, a maintainer).
 NO_KERNEL_SOURCES = (
     "TensorFlow 2.20's TPUStrategy runs ops without an XLA kernel on the host (automatic outside "
     "compilation) only when soft device placement is on while the step is traced "
@@ -58,53 +49,54 @@ _FAMILIES = (
 )
 
 
-def graph_nodes(concrete):
-    """``(op type, node name, NodeDef)`` for the graph and every function in its library."""
-    graph_def = concrete.graph.as_graph_def()
-    for node in graph_def.node:
-        yield node.op, node.name, node
+def _scopes(graph_def):
+    """The node lists of a graph and of each function in its library (names are per scope)."""
+    yield graph_def.node
     for function in graph_def.library.function:
-        for node in function.node_def:
-            yield node.op, node.name, node
+        yield function.node_def
 
 
-def _produces_float64(node) -> bool:
-    double = _tf.float64_enum()
+def graph_nodes(graph_def):
+    """The nodes of a graph and of every function in its library."""
+    for nodes in _scopes(graph_def):
+        yield from nodes
+
+
+def _produces_float64(node, double: int) -> bool:
     if node.op in ("Placeholder", "_Arg"):
         return False  # inputs are reported by the dataset check
     if node.op == "Cast":
         return node.attr["DstT"].type == double  # casting *from* float64 is the cure
-    for key in ("T", "dtype", "Tout", "out_type"):
-        if key in node.attr and node.attr[key].type == double:
-            return True
-    return False
+    keys = ("T", "dtype", "Tout", "out_type")
+    return any(key in node.attr and node.attr[key].type == double for key in keys)
 
 
-def check_graph_ops(
-    concrete, where: str, report: Report, soft: bool = False
-) -> tuple[set[str], dict]:
+def check_graph_ops(graph_def, where: str, report: Report, soft: bool) -> tuple[set[str], dict]:
     """Report ops with no XLA kernel (``soft``: soft placement on while traced) and float64 math;
     return the op types reported and ``{op: node names}`` of ops whose output size depends on
     values, which only a full compile can judge (:func:`add_value_shape_ops`)."""
+    import tensorflow as tf
+
     kernels: dict = {}
     missing: dict[str, list[str]] = {}
     value_shape: dict[str, list[str]] = {}
     doubles = []
-    for op, name, node in graph_nodes(concrete):
+    for node in graph_nodes(graph_def):
+        op, name = node.op, node.name
         if op not in kernels:
             kernels[op] = op in STRUCTURAL_OPS or _tf.has_xla_cpu_kernel(op)
         if not kernels[op]:
             missing.setdefault(op, []).append(name)
         if op in VALUE_SHAPE_OPS:
             value_shape.setdefault(op, []).append(name)
-        if _produces_float64(node):
+        if _produces_float64(node, tf.float64.as_datatype_enum):
             doubles.append(name)
     report.checked.append("XLA ops")
-    python_ops = {op: n for op, n in missing.items() if op in PYTHON_OPS}
-    print_ops = {op: n for op, n in missing.items() if op in PRINT_OPS}
-    if python_ops:
-        words = sorted({PYTHON_OPS[op] for op in python_ops})
-        nodes = [n for names in python_ops.values() for n in names]
+    python = [op for op in missing if op in PYTHON_OPS]
+    printing = [name for op, names in missing.items() if op in PRINT_OPS for name in names]
+    if python:
+        words = sorted({PYTHON_OPS[op] for op in python})
+        nodes = [name for op in python for name in missing[op]]
         report.add(
             "python-in-step",
             "warning" if soft else "error",
@@ -115,13 +107,12 @@ def check_graph_ops(
             "Rewrite the function with TensorFlow ops (tf.math, tf.image, keras.ops), or do "
             "the work in the tf.data pipeline before the step.",
         )
-    if print_ops:
-        nodes = [n for names in print_ops.values() for n in names]
+    if printing:
         report.add(
             "print-in-step",
             "warning",
             "the step calls tf.print",
-            f"{where}; op {', '.join(nodes[:2])}",
+            f"{where}; op {', '.join(printing[:2])}",
             "tf.print has no XLA kernel. With soft device placement on while the step is "
             "traced, TPUStrategy runs it on the host and every step waits for a "
             "device-to-host copy; with it off (the default) users report that it does not "
@@ -130,9 +121,8 @@ def check_graph_ops(
             "or use a Keras callback.",
         )
     for op, names in missing.items():
-        if op in PYTHON_OPS or op in PRINT_OPS:
-            continue
-        report.findings.append(_unsupported_op(op, names, where, soft))
+        if op not in PYTHON_OPS and op not in PRINT_OPS:
+            report.findings.append(_unsupported_op(op, names, where, soft))
     if doubles:
         report.add(
             "float64",
@@ -149,20 +139,28 @@ def check_graph_ops(
 def add_value_shape_ops(report: Report, where: str, value_shape: dict, explained: set) -> None:
     """Without a full compile, flag ops whose output size depends on values (op by op)."""
     for op, names in value_shape.items():
-        if op in explained:
-            continue
-        report.add(
-            "dynamic-shape-op",
-            "warning",
-            f"{VALUE_SHAPE_OPS[op]} gives a tensor whose size depends on the data",
-            f"{where}; op {', '.join(names[:3])}",
-            "XLA needs sizes at compile time: it either pads such a tensor to a bound and "
-            "tracks the real size at run time, or cannot compile the step at all (this op was "
-            "found op by op; a full compile would tell which).",
-            "Keep shapes static: mask instead of selecting (tf.where(cond, x, 0) with three "
-            "arguments), tf.reduce_sum(tf.one_hot(labels, n), 0) instead of tf.math.bincount, "
-            "fixed-size tf.math.top_k instead of tf.unique.",
-        )
+        if op not in explained:
+            _dynamic_shape_op(
+                report,
+                VALUE_SHAPE_OPS[op],
+                f"{where}; op {', '.join(names[:3])}",
+                "XLA needs sizes at compile time: it either pads such a tensor to a bound and "
+                "tracks the real size at run time, or cannot compile the step at all (this op "
+                "was found op by op; a full compile would tell which).",
+            )
+
+
+def _dynamic_shape_op(report: Report, op: str, where: str, why: str) -> None:
+    report.add(
+        "dynamic-shape-op",
+        "warning",
+        f"{op} gives a tensor whose size depends on the data",
+        where,
+        why,
+        "Keep shapes static: mask instead of selecting (tf.where(cond, x, 0) with three "
+        "arguments, multiply by a 0/1 mask), tf.reduce_sum(tf.one_hot(labels, n), 0) instead "
+        "of tf.math.bincount, fixed-size tf.math.top_k instead of tf.unique or tf.boolean_mask.",
+    )
 
 
 def _op_words(op: str) -> str:
@@ -178,15 +176,11 @@ def soft_placement_when_traced() -> bool:
     TPUStrategy reads it: False unless the user set it (eagerly True by default)."""
     import tensorflow as tf
 
-    seen = []
-
     @tf.function(autograph=False)
     def probe():
-        seen.append(tf.config.get_soft_device_placement())
-        return tf.constant(0)
+        return tf.constant(tf.config.get_soft_device_placement())  # read once, while traced
 
-    probe.get_concrete_function()
-    return bool(seen[0])
+    return bool(probe())
 
 
 def _no_kernel_outcome(soft: bool) -> str:
@@ -203,7 +197,7 @@ def _no_kernel_outcome(soft: bool) -> str:
     )
 
 
-def _unsupported_op(op: str, names: list[str], where: str, soft: bool = False) -> Finding:
+def _unsupported_op(op: str, names: list[str], where: str, soft: bool) -> Finding:
     if op.startswith("ImageProjectiveTransform"):
         fix = (
             "Apply this augmentation in the tf.data pipeline (dataset.map(augment)) instead of "
@@ -228,51 +222,39 @@ def _unsupported_op(op: str, names: list[str], where: str, soft: bool = False) -
     )
 
 
-def _compiler_platform() -> str:
-    """Whose XLA compiled the step: the TPU's when one is connected, else this host's."""
-    import tensorflow as tf
-
-    return next((k for k in ("TPU", "GPU") if tf.config.list_logical_devices(k)), "CPU")
-
-
 def compile_step(
-    jit, compile_args, where: str, reported: set[str], report: Report, soft: bool = False
+    jit, compile_args, where: str, reported: set[str], report: Report, soft: bool
 ) -> set | None:
     """Compile the traced step to HLO; None when it compiled, else the op types it explained."""
+    import tensorflow as tf
+
     try:
         hlo = jit.experimental_get_compiler_ir(*compile_args)(stage="hlo")
     except Exception as err:  # XLA's errors come as several types; the message says which
         return _add_compile_error(report, where, str(err), reported, soft)
     report.checked.append("XLA compile")
-    report.stats["compiled_for"] = _compiler_platform()
+    report.stats["compiled_for"] = next(  # whose XLA compiled it: a TPU's when one is connected
+        (d for d in ("TPU", "GPU") if tf.config.list_logical_devices(d)), "CPU"
+    )
     sources = {}
-    for line in hlo.splitlines():
-        if "set-dimension-size(" in line and "<=" in line:
-            found = re.search(r'op_type="([^"]+)" op_name="([^"]+)"', line)
-            bound = re.search(r"\[<=(\d+)", line)
-            if found:
-                sources.setdefault(
-                    found.group(1), (found.group(2), bound.group(1) if bound else "?")
-                )
+    for line in hlo.splitlines():  # a bounded dynamic dimension reads f32[<=8] or s32[3,<=8]
+        found = re.search(r'op_type="([^"]+)" op_name="([^"]+)"', line)
+        bound = re.search(r"<=(\d+)", line)
+        if "set-dimension-size(" in line and found and bound:
+            sources.setdefault(found.group(1), (found.group(2), bound.group(1)))
     for op, (name, bound) in sources.items():
-        report.add(
-            "dynamic-shape-op",
-            "warning",
-            f"{op} gives a tensor whose size depends on the data",
+        _dynamic_shape_op(
+            report,
+            op,
             f"{where}; op {name}",
             f"XLA compiles it with a bounded dynamic shape: the tensor is padded to its "
             f"largest possible size ({bound}) and the real size is tracked at run time. It "
             "runs, but at the maximum size, and TPU support for such shapes is partial "
             "(unverified on hardware).",
-            "Keep shapes static: mask instead of selecting (tf.where(cond, x, 0) with three "
-            "arguments, multiply by a 0/1 mask), fixed-size tf.math.top_k instead of "
-            "tf.unique or tf.boolean_mask.",
         )
 
 
-def _add_compile_error(
-    report: Report, where: str, message: str, reported: set[str], soft: bool = False
-) -> set:
+def _add_compile_error(report: Report, where: str, message: str, reported: set, soft: bool) -> set:
     """Turn XLA's error into a finding or a skip; return the op types it explains."""
     if "Detected unsupported operations" in message:
         new = [op for op in re.findall(r"(\w+) \(No registered", message) if op not in reported]
@@ -294,7 +276,14 @@ def _add_compile_error(
         return set()
     first = next((line.strip() for line in message.splitlines() if line.strip()), message)
     first = first.removeprefix("Failed getting HLO text: ").strip("'")
+    guide = (
+        "(Cloud TPU performance guide: models for Cloud TPU are compiled by XLA). "
+        f"XLA says: {first}"
+    )
     explained = set()
+    what = "XLA cannot compile the step"
+    why = f"A TPU step must compile with XLA {guide}"
+    fix = "Read XLA's message; compile the step with tf.function(jit_compile=True) to iterate."
     if "compile-time constant" in message:
         node = re.search(r"node `([^`]+)` with op (\w+)", message)
         what = "a shape in the step is computed from tensor values"
@@ -303,20 +292,12 @@ def _add_compile_error(
             explained.add(node.group(2))
         why = (
             "XLA needs every shape when it compiles; here a size depends on data, so the TPU "
-            "step cannot be compiled (Cloud TPU performance guide: models for Cloud TPU are "
-            f"compiled by XLA). XLA says: {first}"
+            f"step cannot be compiled {guide}"
         )
         fix = (
             "Use sizes known when tracing (Python ints, static shapes) and pad to a fixed "
             "maximum with a mask instead of sizing tensors from values."
         )
-    else:
-        what = "XLA cannot compile the step"
-        why = (
-            "A TPU step must compile with XLA (Cloud TPU performance guide: models for Cloud TPU "
-            f"are compiled by XLA). XLA says: {first}"
-        )
-        fix = "Read XLA's message; compile the step with tf.function(jit_compile=True) to iterate."
     report.add("xla-compile-failed", "error", what, where, why, fix)
     return explained
 
@@ -338,14 +319,6 @@ SEED_INPUT = {
     "StatelessMultinomial": 2,
     "StatelessSampleDistortedBoundingBox": 3,
 }  # fmt: skip
-CONSTANT_OPS = frozenset({"Const", "HostConst"})
-
-
-def _scopes(graph_def):
-    """The node lists of a graph and of each function in its library (names are per scope)."""
-    yield list(graph_def.node)
-    for function in graph_def.library.function:
-        yield list(function.node_def)
 
 
 def _constant(name: str, by_name: dict, known: dict, depth: int = 0) -> bool:
@@ -357,7 +330,7 @@ def _constant(name: str, by_name: dict, known: dict, depth: int = 0) -> bool:
         node = by_name.get(name)
         if node is None or depth > 50:
             known[name] = False
-        elif node.op in CONSTANT_OPS:
+        elif node.op in ("Const", "HostConst"):
             known[name] = True
         elif _tf.is_stateful_op(node.op) or node.op.endswith("Call") or not node.input:
             known[name] = False  # variables, placeholders, random state, function calls
@@ -373,16 +346,14 @@ def constant_seed_ops(graph_def) -> list[str]:
     for nodes in _scopes(graph_def):
         by_name, known = {node.name: node for node in nodes}, {}
         for node in nodes:
-            index = SEED_INPUT.get(node.op)
-            if index is not None and len(node.input) > index:
-                if _constant(node.input[index], by_name, known):
-                    found.append(node.name)
+            index = SEED_INPUT.get(node.op, len(node.input))  # not a seeded op: out of range
+            if index < len(node.input) and _constant(node.input[index], by_name, known):
+                found.append(node.name)
     return found
 
 
 def add_constant_seeds(report, where: str, *, pipeline: bool = False) -> None:
     """Report ops found by :func:`constant_seed_ops`, at ``where``, as a ``constant-seed`` warning."""
-
     runs = "for every element and every epoch" if pipeline else "at every step"
     if pipeline:
         fix = (

@@ -9,18 +9,10 @@ from dataclasses import dataclass, field
 
 SEVERITIES = ("error", "warning", "note")  # error: fails on a TPU; warning: slow or wrong; note
 
-# The HTML table's coloured labels, as (text, background) pairs: each label brings its own
-# background, so its contrast does not depend on the notebook's theme (JupyterLab's light and dark
-# themes, the book's pages). Every pair is at least 4.5:1, WCAG AA for normal text
-# (tests/test_tpucheck_readiness.py computes the ratios).
-LABEL_COLOURS = {
-    "error": ("#ffffff", "#b3261e"),
-    "warning": ("#ffffff", "#8a4600"),
-    "note": ("#ffffff", "#5f6368"),
-    "clean": ("#ffffff", "#137333"),
-}
-# Functions called with no arguments each time assert_clean() passes: a notebook runner counts
-# the checks that passed with one.
+# The HTML labels' backgrounds, under white text: a label brings its own background, so the
+# notebook's theme cannot lower its contrast (WCAG AA, 4.5:1; the tests compute the ratios).
+LABEL_COLOURS = {"error": "#b3261e", "warning": "#8a4600", "note": "#5f6368", "clean": "#137333"}
+# Called with no arguments each time assert_clean() passes (a notebook runner counts them).
 WHEN_CLEAN: list = []
 
 
@@ -69,8 +61,7 @@ class Report:
 
     @property
     def clean(self) -> bool:
-        """No errors or warnings in what was checked (:attr:`complete` says whether that was
-        everything); what :meth:`assert_clean` gates on."""
+        """No errors or warnings in what was checked (:attr:`complete`: was it everything)."""
         return not self.problems
 
     @property
@@ -126,8 +117,6 @@ class Report:
 
     def text(self, notes: bool = True, width: int = 100) -> str:
         """The report as plain text: the summary line, then one block per finding."""
-        if self.clean and not notes and self.complete:
-            return self.summary()
         lines = [self.summary()]
         shown = self.findings if notes else self.problems
         for i, f in enumerate(shown, 1):
@@ -171,9 +160,8 @@ class Report:
 
 
 def _label(kind: str, text: str) -> str:
-    """A bold label in its own colours (:data:`LABEL_COLOURS`), readable on any theme."""
-    colour, background = LABEL_COLOURS[kind]
+    """A bold white label on its own background (:data:`LABEL_COLOURS`), readable on any theme."""
     return (
-        f'<span style="color:{colour};background:{background};font-weight:bold;'
+        f'<span style="color:#ffffff;background:{LABEL_COLOURS[kind]};font-weight:bold;'
         f'padding:0 0.3em;border-radius:3px">{text}</span>'
     )
