@@ -42,14 +42,13 @@ def test_hosts_and_replicas_of_each_slice(accelerator_type, chips, per_host, hos
     )
     assert pods.hosts(accelerator_type) == hosts
     assert pods.chips_per_host(accelerator_type) == per_host
-    assert pods.replicas(accelerator_type) == replicas
     assert spec.source.startswith("https://cloud.google.com/tpu/docs/")
 
 
 def test_the_v3_slice_agrees_with_the_topology_lesson():
     spec = T.slice_spec("v3-32")
     assert pods.hosts("v3-32") == spec.num_hosts
-    assert pods.replicas("v3-32") == spec.num_cores
+    assert pods.slice_hosts("v3-32").replicas == spec.num_cores
 
 
 @pytest.mark.parametrize("bad", ["v6e-32", "v4-33", "v5litepod-24", "tpu-32", "v4"])
@@ -74,7 +73,9 @@ def test_a_one_host_slice_gets_the_runtime_without_pod():
 def test_the_steps_create_prepare_every_worker_and_run_on_worker_0_only():
     steps = launch().steps()
     text = launch().script()
-    create = next(c for s in steps for c in s.commands if "queued-resources create" in c)
+    create = next(
+        c for commands in steps.values() for c in commands if "queued-resources create" in c
+    )
     for flag in (
         "--node-id=my-pod",
         "--zone=us-central2-b",
@@ -85,10 +86,10 @@ def test_the_steps_create_prepare_every_worker_and_run_on_worker_0_only():
     ):
         assert flag in create
     assert "--spot" not in launch(spot=False).script()
-    prepare = [c for s in steps for c in s.commands if "--worker=all" in c]
+    prepare = [c for commands in steps.values() for c in commands if "--worker=all" in c]
     assert any("tpu-vm scp train_tpu.py my-pod:~/" in c for c in prepare)
     assert any("import tensorflow" in c for c in prepare)
-    runs = [c for s in steps for c in s.commands if "python3 train_tpu.py" in c]
+    runs = [c for commands in steps.values() for c in commands if "python3 train_tpu.py" in c]
     writes = [c for c in runs if "--prepare" in c]  # a pod's hosts never write them while training
     assert len(writes) == 1 and "--data-dir gs://my-bucket/" in writes[0]
     assert all("--worker=0 " in c for c in runs)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tpucheck import profiling
+from tpucheck import _tf, profiling
 from tpucheck.profiling import ProfileSummary
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "tpucheck" / "profiles.json").read_text())
@@ -157,7 +157,7 @@ def _write_xplane(path, lines) -> Path:
     """A host plane of ``lines``: {line name: [event, ...]}, or [(line name, [event, ...]), ...]
     where threads share a name; an event is (name, start us, end us) or (name, start us, end us,
     {stat name: int})."""
-    space = profiling._xplane_proto().XSpace()
+    space = _tf.xplane_proto().XSpace()
     plane = space.planes.add(name="/host:CPU")
     ids: dict[str, int] = {}
     stat_ids: dict[str, int] = {}

@@ -24,12 +24,10 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    asked = argv[:1] in (["-h"], ["--help"])
     if not argv or argv[0] not in COMMANDS:
-        print(
-            __doc__.strip().split("\n\n", 1)[1],
-            file=sys.stdout if argv[:1] in (["-h"], ["--help"]) else sys.stderr,
-        )
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+        print(__doc__.strip().split("\n\n", 1)[1], file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
 
 

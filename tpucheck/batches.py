@@ -1,8 +1,6 @@
 """The global batch and its split over replicas: the one place that does this arithmetic.
 
-global batch = per-replica batch x replicas. Every replica must get the same static batch, and a
-TPU core computes in tiles of 8 rows (128 fill a 128 x 128 matrix unit; a v6e's are 256 x 256:
-``tpu_facts.GENERATIONS``), so :class:`BatchPlan` says what a per-replica batch costs on a TPU.
+A TPU core computes in tiles of 8 rows: :class:`BatchPlan` says what a per-replica batch costs.
 """
 
 from __future__ import annotations
@@ -20,10 +18,10 @@ def positive_int(name: str, value) -> int:
     return value
 
 
-def _larger_mxus() -> str:
-    """The generations whose matrix units are larger than 128 x 128, e.g. "v6e: 256 x 256"."""
-    larger = [g for g in GENERATIONS.values() if g.mxu_size > BATCH_FOR_MXU]
-    return "; ".join(f"{g.name}: {g.mxu_size} x {g.mxu_size}" for g in larger) or "every generation"
+def near_multiples(n: int, k: int) -> str:
+    """The multiples of ``k`` nearest ``n``, for a message: "96 or 104" (below ``k``: "8")."""
+    lower = n // k * k
+    return f"{lower} or {lower + k}" if lower else f"{k}"
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,13 @@ class BatchPlan:
 
     @property
     def advice(self) -> str:
-        mxu = f"a {BATCH_FOR_MXU} x {BATCH_FOR_MXU} matrix unit ({_larger_mxus()})"
+        # The generations whose matrix units are larger, e.g. "v6e: 256 x 256".
+        larger = "; ".join(
+            f"{g.name}: {g.mxu_size} x {g.mxu_size}"
+            for g in GENERATIONS.values()
+            if g.mxu_size > BATCH_FOR_MXU
+        )
+        mxu = f"a {BATCH_FOR_MXU} x {BATCH_FOR_MXU} matrix unit ({larger or 'every generation'})"
         if self.per_replica % BATCH_FOR_MXU == 0:
             return f"a multiple of {BATCH_FOR_MXU}: fills {mxu}"
         if self.per_replica % TILE_ROWS == 0:
@@ -73,33 +77,22 @@ class BatchPlan:
 
 
 def plan_batch(per_replica_batch: int, replicas: int) -> BatchPlan:
-    """Describe the global batch ``per_replica_batch x replicas``.
-
-    ``fit`` takes the *global* batch and gives each replica an equal share. A TPU core works on
-    tiles of 8 x 128: a per-replica batch that is not a multiple of 8 is padded (wasted work), and
-    128 rows per replica fill a 128 x 128 matrix unit (a v6e's are 256 x 256: ``tpu_facts``). The
-    advice says which case applies.
-    """
+    """Describe the global batch ``per_replica_batch x replicas`` (``fit`` takes the global
+    batch and gives each replica an equal share) and what a TPU core makes of each share."""
     positive_int("per_replica_batch", per_replica_batch)
     positive_int("replicas", replicas)
     return BatchPlan(int(per_replica_batch), int(replicas))
 
 
 def per_replica_batch(global_batch_size: int, replicas: int, *, over: str = "replica") -> int:
-    """Each replica's share of a global batch; a clear error when it does not split evenly.
-
-    On a TPU every replica must get the same static batch, so a global batch that the replica
-    count does not divide is refused, with the nearest sizes that work. ``over`` names what it is
-    split over in the message ("worker", "device").
-    """
+    """Each replica's share of a global batch; a TPU needs the same static batch on each, so an
+    uneven split is refused with the nearest sizes that work (``over``: "worker", "device")."""
     positive_int("global_batch_size", global_batch_size)
     positive_int(f"{over}s", replicas)
     if global_batch_size % replicas:
-        lower = global_batch_size // replicas * replicas
-        upper = lower + replicas
-        suggestion = f"{upper}" if lower == 0 else f"{lower} or {upper}"
         raise ValueError(
-            f"global batch {global_batch_size} does not split over {replicas} {over}s; "
-            f"use a multiple of {replicas}, e.g. {suggestion} (per-{over} batch x {over}s)."
+            f"global batch {global_batch_size} does not split over {replicas} {over}s; use a "
+            f"multiple of {replicas}, e.g. {near_multiples(global_batch_size, replicas)} "
+            f"(per-{over} batch x {over}s)."
         )
     return int(global_batch_size // replicas)

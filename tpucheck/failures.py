@@ -1,15 +1,9 @@
 """The errors TPU users really post, what each means, and the fix: one table, one place.
 
-Each :class:`KnownFailure` is recognised by stable fragments of the text users posted (the
-sources name the threads), so an exception, pip's output or a log line can be turned into the
-fix: :func:`recognise` finds the row, :func:`explain` says it in a sentence (``python -m tpucheck
-explain`` on a pasted error). The lessons' setup explains a failed pip run with it, and the
-self-test records which rows it met.
-
-Two conditions are looked for before anything fails: another library of this process already
-holding the TPU (:func:`_tpu_owner_in_process`), and a Keras release with the known
-multi-replica bugs (:func:`keras_distribution_problem`). Nothing here imports TensorFlow, JAX or
-torch_xla. None of it was verified on TPU hardware by this project: the texts are the users'.
+Each :class:`KnownFailure` is recognised by stable fragments of the text users posted (its
+sources name the threads), in an exception, pip's output or a log line (``python -m tpucheck
+explain``). Nothing here imports TensorFlow, JAX or torch_xla; none of it was verified on TPU
+hardware: the texts are the users'.
 """
 
 from __future__ import annotations
@@ -176,19 +170,13 @@ def _tpu_owner_in_process(
     started = getattr(xlac, "_xla_runtime_is_initialized", None)
     if started is not None and started() and os.environ.get("PJRT_DEVICE", "TPU") == "TPU":
         return "torch_xla"
-    for link in _fd_targets(Path(fd_dir)):
-        if re.match(r"^/dev/(accel\d+|vfio/\d+)$", link) or "libtpu_lock" in link:
-            return "this process (a library already opened the TPU)"
-    return None
-
-
-def _fd_targets(fd_dir: Path) -> list[str]:
-    targets = []
     with contextlib.suppress(OSError):  # no /proc (macOS), or not readable
-        for entry in fd_dir.iterdir():
+        for entry in Path(fd_dir).iterdir():
             with contextlib.suppress(OSError):  # closed meanwhile
-                targets.append(os.readlink(entry))
-    return targets
+                link = os.readlink(entry)
+                if re.match(r"^/dev/(accel\d+|vfio/\d+)$", link) or "libtpu_lock" in link:
+                    return "this process (a library already opened the TPU)"
+    return None
 
 
 def conditions_seen(
@@ -199,10 +187,9 @@ def conditions_seen(
     keras: str | None = None,
     modules: Mapping[str, object] | None = None,
 ) -> list[str]:
-    """The known traps this process is in, by key, once each, in the table's order: TPU hardware
-    (``hints``) beside no TensorFlow or a CPU-only build (``tensorflow``: its distribution),
-    another library holding the TPU, a Keras with the multi-replica bugs, and every known
-    failure ``texts`` (the errors the checks met) show."""
+    """The known traps this process is in, by key, in the table's order: TPU hardware (``hints``)
+    beside no TensorFlow or a CPU-only build (``tensorflow``), another library holding the TPU, a
+    Keras with the multi-replica bugs, and the known failures ``texts`` (errors met) show."""
     seen = {f.key for text in texts if (f := recognise(text))}
     if hints and tensorflow in (None, "tensorflow-cpu"):
         seen.add("tensorflow-without-tpu")
@@ -218,15 +205,14 @@ def keras_distribution_problem(version: str) -> str | None:
     """What goes wrong with this Keras 3 under a multi-replica strategy, or None: before 3.8
     ``fit`` summed unscaled gradients (keras-team/keras#20609); 3.7 to 3.9 summed loss and metric
     totals across replicas until they were NaN (keras-team/keras#21061, fixed in 3.10)."""
-    parts = re.findall(r"\d+", version)[:2]
-    if len(parts) < 2 or int(parts[0]) != 3 or int(parts[1]) >= 10:
+    parts = [int(p) for p in re.findall(r"\d+", version)[:2]]
+    if len(parts) < 2 or parts[0] != 3 or parts[1] >= 10:
         return None
-    if int(parts[1]) >= 7:
-        what = (
-            "losses and metrics become NaN under a multi-replica strategy (keras-team/keras#21061)"
-        )
-    else:
-        what = "fit does not scale the loss by the replica count (keras-team/keras#20609)"
+    what = (
+        "losses and metrics become NaN under a multi-replica strategy (keras-team/keras#21061)"
+        if parts[1] >= 7
+        else "fit does not scale the loss by the replica count (keras-team/keras#20609)"
+    )
     return f"Keras {version}: {what}. Fix: pip install -U 'keras>=3.10', then restart."
 
 

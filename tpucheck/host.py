@@ -40,11 +40,9 @@ def detect_platform(env: Mapping[str, str] | None = None) -> str:
 
 
 def tpu_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
-    """The signs of TPU hardware on this host, e.g. ``["ISTPUVM=1", "/dev/accel0"]`` (none: []).
-
-    The device nodes (``/dev/accel*`` on v4 and older, ``/dev/vfio/N`` on v5e and newer) are what
-    the platforms document; unverified on hardware.
-    """
+    """The signs of TPU hardware on this host, e.g. ``["ISTPUVM=1", "/dev/accel0"]`` (none: []);
+    the device nodes are what the platforms document (``/dev/accel*`` on v4 and older,
+    ``/dev/vfio/N`` on v5e and newer; unverified on hardware)."""
     env = os.environ if env is None else env
     hints = [f"{name}={env[name]}" for name in TPU_ENV_HINTS if env.get(name)]
     dev = Path(dev)

@@ -1,34 +1,14 @@
 """A Cloud TPU pod slice for the reference script: its hosts, and the gcloud commands that create
-it, prepare every worker, run ``train_tpu.py`` and bring it back after a preemption (notebook 09_scaling_out_to_pods).
-
-Nothing here talks to Google Cloud: the functions return numbers and the text of commands, so the
-lesson can print them and the tests can check them. None of it has been run on a pod slice by
-this project (**unverified on hardware**); each fact names the page of Google's documentation it
-comes from (:data:`SOURCES`).
-
-Words, as the Cloud TPU documentation uses them: a slice of more than one *host* has one *TPU VM*
-per host, which gcloud calls a *worker* (``--worker=0``, ``--worker=all``) and TensorFlow a
-*task*, with one input pipeline each (``InputContext.num_input_pipelines``).
-"""
+it, prepare every worker, run ``train_tpu.py`` and bring it back after a preemption (notebook
+09_scaling_out_to_pods). **Unverified on hardware**: written from the pages :data:`SOURCES`
+names. Each *host* is a *TPU VM*, which gcloud calls a *worker* and TensorFlow a *task*."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from tpucheck.tpu_facts import GENERATIONS, generation_of
-
-__all__ = [
-    "SOURCES",
-    "PodLaunch",
-    "SliceHosts",
-    "Step",
-    "chips_per_host",
-    "hosts",
-    "replicas",
-    "runtime_version",
-    "slice_hosts",
-]
+from tpucheck.tpu_facts import generation_of
 
 # The pages each fact comes from (read by this project; none checked on a TPU).
 SOURCES = {
@@ -80,9 +60,9 @@ SOURCES = {
     ),
 }
 
-# Chips each host (TPU VM) drives in a multi-host slice, and TensorCores counted per chip by the
-# accelerator type's number (v4-32: 32 TensorCores = 16 chips; v5litepod-32: 32 chips).
-_CHIPS_PER_HOST = {"v3": 4, "v4": 4, "v5p": 4, "v5e": 4}
+# Chips per host (TPU VM) in a multi-host slice of any generation here; the accelerator type's
+# number counts this many TensorCores per chip (v4-32: 16 chips; v5litepod-32: 32 chips).
+_CHIPS_PER_HOST = 4
 _CORES_IN_NAME = {"v3": 2, "v4": 2, "v5p": 2, "v5e": 1}
 _SINGLE_HOST_MAX = {"v5e": 8}  # v5litepod-8 is one VM of 8 chips (ct5lp-hightpu-8t)
 _SHAPES = {"v5e": {1, 4, 8, 16, 32, 64, 128, 256}}  # chips of the v5e page's 2D slice shapes
@@ -93,8 +73,6 @@ _TYPE = re.compile(r"^(v3|v4|v5p|v5litepod)-(\d+)$")
 class SliceHosts:
     """How a slice is split over hosts: chips, hosts, and TensorFlow replicas."""
 
-    accelerator_type: str
-    generation: str
     chips: int
     chips_per_host: int
     replicas_per_chip: int
@@ -111,11 +89,7 @@ class SliceHosts:
 
 
 def slice_hosts(accelerator_type: str) -> SliceHosts:
-    """Chips, hosts and replicas of a Cloud TPU accelerator type (``"v4-32"``, ``"v5litepod-32"``).
-
-    Raises ValueError for a type outside the table (v3, v4, v5p and v5e slices).
-    Taught in notebook 09.
-    """
+    """Chips, hosts and replicas of a v3, v4, v5p or v5e accelerator type (``"v5litepod-32"``)."""
     match = _TYPE.match(accelerator_type)
     if match is None:
         raise ValueError(
@@ -129,63 +103,32 @@ def slice_hosts(accelerator_type: str) -> SliceHosts:
     chips = number // _CORES_IN_NAME[name]
     if name in _SHAPES and chips not in _SHAPES[name]:
         raise ValueError(f"{accelerator_type!r}: {name} slices have {sorted(_SHAPES[name])} chips")
-    per_host = _CHIPS_PER_HOST[name]
-    if chips <= _SINGLE_HOST_MAX.get(name, per_host):
-        per_host = chips  # a single-host slice: one VM holds them all
+    # A slice small enough for one VM has all its chips there.
+    per_host = chips if chips <= _SINGLE_HOST_MAX.get(name, _CHIPS_PER_HOST) else _CHIPS_PER_HOST
     if chips % per_host:
         raise ValueError(f"{accelerator_type!r}: {chips} chips do not fill hosts of {per_host}")
-    return SliceHosts(
-        accelerator_type,
-        name,
-        chips,
-        per_host,
-        GENERATIONS[name].devices_per_chip,
-        SOURCES[name],
-    )
+    return SliceHosts(chips, per_host, generation.devices_per_chip, SOURCES[name])
 
 
 def hosts(accelerator_type: str) -> int:
-    """Hosts (TPU VMs, gcloud's workers) of the slice: ``hosts("v4-32") == 4``.
-
-    Taught in notebook 09.
-    """
+    """Hosts (TPU VMs, gcloud's workers) of the slice: ``hosts("v4-32") == 4``."""
     return slice_hosts(accelerator_type).hosts
 
 
 def chips_per_host(accelerator_type: str) -> int:
-    """TPU chips each host drives: 4 on a v4 or multi-host v5e slice.
-
-    Taught in notebook 09.
-    """
+    """TPU chips each host drives: 4 on a v4 or multi-host v5e slice."""
     return slice_hosts(accelerator_type).chips_per_host
 
 
-def replicas(accelerator_type: str) -> int:
-    """``TPUStrategy``'s replicas on the slice: one per chip on v4, v5p and v5e, two on v3."""
-    return slice_hosts(accelerator_type).replicas
-
-
 def runtime_version(tf_version: str, multi_host: bool = True) -> str:
-    """The TPU software version with this TensorFlow preinstalled: ``tpu-vm-tf-2.16.0-pod-pjrt``.
-
-    Built from the naming rule of Google's TPU software versions page (``-pod`` on a multi-host
-    slice, ``-pjrt`` from TensorFlow 2.15.0 on); that a given version exists is for
-    ``gcloud compute tpus tpu-vm versions list`` to say.
-    """
+    """The TPU software version with this TensorFlow by ``SOURCES["runtime"]``'s naming rule
+    (``tpu-vm-tf-2.16.0-pod-pjrt``); ``gcloud compute tpus tpu-vm versions list`` has the real."""
     parts = tf_version.split(".")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise ValueError(f"{tf_version!r}: give TensorFlow's full version, e.g. 2.16.0")
     if tuple(int(p) for p in parts) < (2, 15, 0):
         raise ValueError(f"TensorFlow {tf_version}: the -pjrt runtimes start at 2.15.0")
     return f"tpu-vm-tf-{tf_version}{'-pod' if multi_host else ''}-pjrt"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the launch: what it does, and the commands, run on your own machine."""
-
-    title: str
-    commands: tuple[str, ...]
 
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,60}[a-z0-9])?$")  # a TPU or queued resource name
@@ -196,15 +139,9 @@ _PROJECT = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 
 @dataclass(frozen=True)
 class PodLaunch:
-    """A run of ``train_tpu.py`` on a pod slice, as gcloud commands to copy (bash).
-
-    ``name`` names the queued resource and its TPU (also ``TPU_NAME`` on worker 0); ``bucket`` is a
-    Cloud Storage bucket in the zone's region, for the TFRecords and the checkpoints: the hosts
-    share no disk, and every host's input pipeline opens its own files. ``spot``: the slice may be
-    preempted, at a lower price. ``run``: the checkpoint folder under the bucket, so that a rerun
-    resumes there.
-    Taught in notebook 09.
-    """
+    """A run of ``train_tpu.py`` on a pod slice, as gcloud commands to copy (bash). ``bucket``
+    holds the TFRecords and checkpoints (the hosts share no disk); ``spot``: cheaper, may be
+    preempted; ``run``: the checkpoint folder a rerun resumes."""
 
     name: str
     zone: str
@@ -249,8 +186,7 @@ class PodLaunch:
         return f"gs://{self.bucket}/{self.run}"
 
     def script_args(self, resume: bool = False) -> list[str]:
-        """The script's command line: both folders in the bucket (``--require-checkpoint``:
-        refuse to start at step 0, for a run that must resume)."""
+        """The script's command line, both folders in the bucket; ``resume``: must not restart."""
         args = ["--data-dir", self.data_dir, "--ckpt-dir", self.ckpt_dir]
         return args + (["--require-checkpoint"] if resume else [])
 
@@ -274,18 +210,11 @@ class PodLaunch:
 
     def _train(self, resume: bool) -> str:
         args = " ".join(self.script_args(resume))
-        return self._on(
-            "0",
-            f"export TPU_NAME={self.name} TPU_LOAD_LIBRARY=0; python3 train_tpu.py {args}",
-        )
+        run = f"export TPU_NAME={self.name} TPU_LOAD_LIBRARY=0; python3 train_tpu.py {args}"
+        return self._on("0", run)
 
-    def _prepare(self) -> str:
-        """Worker 0 writes the TFRecords to the bucket: on a pod the script refuses to write them
-        while training (no host may write alone), and --prepare stops before the TPU starts."""
-        return self._on("0", f"python3 train_tpu.py --prepare --data-dir {self.data_dir}")
-
-    def steps(self) -> list[Step]:
-        """The launch, in order; each step's commands run on your own machine (gcloud)."""
+    def steps(self) -> dict[str, tuple[str, ...]]:
+        """The launch, in order: each step's title and its commands, run on your own machine."""
         wait = (
             f"gcloud compute tpus queued-resources describe {self.name} {self._where()} "
             "--format='value(state.state)'  # again until it prints ACTIVE"
@@ -293,64 +222,48 @@ class PodLaunch:
         versions = (
             "python3 -c 'import tensorflow as tf, keras; print(tf.__version__, keras.__version__)'"
         )
-        return [
-            Step(
-                "Settings: the service account the TPU VMs run as (the default compute one)",
-                (
-                    f"PROJECT_NUMBER=$(gcloud projects describe {self.project} "
-                    "--format='value(projectNumber)')",
-                    "SA=${PROJECT_NUMBER}-compute@developer.gserviceaccount.com",
-                ),
+        copy = (
+            f"gcloud compute tpus tpu-vm scp train_tpu.py {self.name}:~/ {self._where()} "
+            "--worker=all"
+        )
+        delete = (
+            f"gcloud compute tpus queued-resources delete {self.name} {self._where()} "
+            "--force --quiet"
+        )
+        # On a pod the script refuses to write the TFRecords while training (no host may write
+        # alone), so worker 0 writes them to the bucket first: --prepare stops before the TPU.
+        prepare = self._on("0", f"python3 train_tpu.py --prepare --data-dir {self.data_dir}")
+        return {
+            "Settings: the service account the TPU VMs run as (the default compute one)": (
+                f"PROJECT_NUMBER=$(gcloud projects describe {self.project} "
+                "--format='value(projectNumber)')",
+                "SA=${PROJECT_NUMBER}-compute@developer.gserviceaccount.com",
             ),
-            Step(
-                "A bucket in the slice's region, which that account may read and write",
-                (
-                    f"gcloud storage buckets create gs://{self.bucket} --project={self.project} "
-                    f"--location={self.region}",
-                    f"gcloud storage buckets add-iam-policy-binding gs://{self.bucket} "
-                    "--member=serviceAccount:$SA --role=roles/storage.objectAdmin",
-                ),
+            "A bucket in the slice's region, which that account may read and write": (
+                f"gcloud storage buckets create gs://{self.bucket} --project={self.project} "
+                f"--location={self.region}",
+                f"gcloud storage buckets add-iam-policy-binding gs://{self.bucket} "
+                "--member=serviceAccount:$SA --role=roles/storage.objectAdmin",
             ),
-            Step(
-                f"The slice: {self.accelerator_type}, {self.hosts} hosts, runtime {self.runtime}",
-                (
-                    f"gcloud compute tpus tpu-vm versions list {self._where()}  # {self.runtime} listed?",
-                    self._create(),
-                    wait,
-                ),
+            f"The slice: {self.accelerator_type}, {self.hosts} hosts, runtime {self.runtime}": (
+                f"gcloud compute tpus tpu-vm versions list {self._where()}  # {self.runtime} listed?",
+                self._create(),
+                wait,
             ),
-            Step(
-                "Every worker: the same TensorFlow, and the script",
-                (
-                    self._on("all", versions),
-                    f"gcloud compute tpus tpu-vm scp train_tpu.py {self.name}:~/ {self._where()} "
-                    "--worker=all",
-                ),
+            "Every worker: the same TensorFlow, and the script": (self._on("all", versions), copy),
+            "Train: worker 0 writes the TFRecords once, then runs the one program, the client": (
+                prepare,
+                self._train(False),
             ),
-            Step(
-                "Train: worker 0 writes the TFRecords once, then runs the one program, the client",
-                (self._prepare(), self._train(False)),
+            "Preempted (the whole slice): delete it, create it again, resume from the bucket": (
+                delete,
+                self._create(),
+                wait,
+                copy,
+                self._train(True),
             ),
-            Step(
-                "Preempted (the whole slice): delete it, create it again, resume from the bucket",
-                (
-                    f"gcloud compute tpus queued-resources delete {self.name} {self._where()} "
-                    "--force --quiet",
-                    self._create(),
-                    wait,
-                    f"gcloud compute tpus tpu-vm scp train_tpu.py {self.name}:~/ {self._where()} "
-                    "--worker=all",
-                    self._train(True),
-                ),
-            ),
-            Step(
-                "Done: delete the slice (the bucket keeps the data and checkpoints)",
-                (
-                    f"gcloud compute tpus queued-resources delete {self.name} {self._where()} "
-                    "--force --quiet",
-                ),
-            ),
-        ]
+            "Done: delete the slice (the bucket keeps the data and checkpoints)": (delete,),
+        }
 
     def script(self) -> str:
         """All the steps as one bash text, numbered; copy a step's lines to your terminal."""
@@ -359,6 +272,6 @@ class PodLaunch:
             "# (tpucheck.pods.SOURCES); this project had no pod slice to run it on.",
             "",
         ]
-        for number, step in enumerate(self.steps(), 1):
-            lines += [f"# {number}. {step.title}", *step.commands, ""]
+        for number, (title, commands) in enumerate(self.steps().items(), 1):
+            lines += [f"# {number}. {title}", *commands, ""]
         return "\n".join(lines).rstrip() + "\n"

@@ -1,18 +1,9 @@
 """Install routes: which TensorFlow can drive a TPU on this platform and Python, and how to get it.
 
-Shown in notebook 01_tpu_detection_and_connection; used by every notebook's setup cell (through ``runtime.ensure_tensorflow``)
-and by the TPU self-test. Two small tables of facts, each fact with its source and whether it was
-seen on TPU hardware, and one decision, :func:`choose_route`:
-
-- ``RELEASES``: the ``tensorflow-tpu`` builds worth installing, the Pythons they have wheels for,
-  and the ``libtpu`` to install beside them. Wheel facts were read from the package index with
-  ``pip install --dry-run --python-version X.Y``; nothing here was installed on a TPU.
-- ``PLATFORMS``: what Colab, Kaggle and Cloud TPU VMs ship, what must be removed first, how to
-  restart, and what to do when the platform's Python has no route.
-
-Nothing here imports TensorFlow or runs pip: the decision is pure, so a setup cell never runs a
-pip command that cannot resolve for the running interpreter.
-"""
+``RELEASES`` (the ``tensorflow-tpu`` builds worth installing, their wheels' Pythons read with
+``pip install --dry-run --python-version X.Y``, and ``libtpu``) and ``PLATFORMS`` (what Colab,
+Kaggle and Cloud TPU VMs ship) cite their sources. :func:`choose_route` is pure, so a setup cell
+never runs a pip command that cannot resolve here."""
 
 from __future__ import annotations
 
@@ -57,9 +48,8 @@ class TPURelease:
 
     def install_args(self) -> list[str]:
         """The arguments after ``pip install``."""
-        if self.libtpu_pinned_by_wheel:
-            return [self.requirement]
-        return [self.requirement, f"libtpu=={self.libtpu}"]
+        pin = [] if self.libtpu_pinned_by_wheel else [f"libtpu=={self.libtpu}"]
+        return [self.requirement, *pin]
 
     @property
     def verified_on_hardware(self) -> bool:
@@ -82,8 +72,6 @@ class Platform:
     facts: tuple[Fact, ...] = ()
     cores: int = 0  # TPU cores (TensorFlow devices, replicas) of its TPU; 0: varies
 
-
-# --- Release facts -----------------------------------------------------------------------------
 
 RELEASES: tuple[TPURelease, ...] = (
     # Preferred: the wheel pins its libtpu exactly, so pip cannot pair it with another one.
@@ -138,8 +126,6 @@ NEWEST_TPU_TENSORFLOW = "2.20.0"  # there is no tensorflow-tpu 2.21
 # The newest libtpu on the package index when the routes were last checked (tools/platforms.py
 # says when it moves): what pip takes for a tensorflow-tpu that does not pin libtpu exactly.
 LIBTPU_NEWEST_SEEN = "0.0.52"
-
-# --- Platform facts ----------------------------------------------------------------------------
 
 _JAX_WAY = (
     "or train with Keras 3 on the JAX backend, which the TPU image ships ready to use "
@@ -249,19 +235,8 @@ OTHER = Platform(
 )
 
 
-def platform_facts(platform: str) -> Platform:
-    """The facts for ``platform`` (a name from ``runtime.detect_platform``); unknown: OTHER."""
-    return PLATFORMS.get(platform, OTHER)
-
-
-# --- The decision ------------------------------------------------------------------------------
-
-
 class NoRoute(RuntimeError):
-    """No TPU build of TensorFlow has a wheel for this Python; the message says the way out.
-
-    Taught in notebook 01.
-    """
+    """No TPU build of TensorFlow has a wheel for this Python; the message says the way out."""
 
 
 @dataclass(frozen=True)
@@ -309,31 +284,21 @@ class Route:
 
 
 def python_version(version_info=None) -> str:
-    """``"3.13"`` for the running interpreter (or for ``version_info``).
-
-    Taught in notebook 01.
-    """
+    """``"3.13"`` for the running interpreter (or for ``version_info``)."""
     info = sys.version_info if version_info is None else version_info
     return f"{info[0]}.{info[1]}"
 
 
-def releases_for(python: str) -> list[TPURelease]:
-    """The TPU builds with a wheel for ``python``, preferred first."""
-    return [r for r in RELEASES if python in r.pythons]
-
-
 def choose_route(platform: str = "other", python: str | None = None) -> Route:
-    """The install route for ``platform`` and ``python`` (default: this interpreter).
-
-    Raises :class:`NoRoute`, naming the Pythons that work and the platform's way out, when no
-    TPU build of TensorFlow has a wheel for ``python``.
-    Taught in notebook 01.
-    """
+    """The install route for ``platform`` (``host.detect_platform``'s name; unknown: ``OTHER``)
+    and ``python`` (default: this one); :class:`NoRoute` when no TPU build has a wheel for it."""
     python = python or python_version()
-    where = platform_facts(platform)
-    candidates = releases_for(python)
+    where = PLATFORMS.get(platform, OTHER)
+    candidates = [r for r in RELEASES if python in r.pythons]  # preferred first
     if not candidates:
-        working = sorted({p for r in RELEASES for p in r.pythons}, key=_version_key)
+        working = sorted(
+            {p for r in RELEASES for p in r.pythons}, key=lambda v: tuple(map(int, v.split(".")))
+        )
         raise NoRoute(
             f"No TPU build of TensorFlow has a wheel for Python {python} "
             f"(tensorflow-tpu {RELEASES[0].tensorflow} supports Python {working[0]} to "
@@ -367,10 +332,6 @@ def choose_route(platform: str = "other", python: str | None = None) -> Route:
     )
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
 def route_table(pythons: tuple[str, ...] = PYTHONS_CHECKED) -> list[dict]:
     """Every platform x Python pair with its route or the reason there is none (README, 01)."""
     rows = []
@@ -384,18 +345,14 @@ def route_table(pythons: tuple[str, ...] = PYTHONS_CHECKED) -> list[dict]:
                 }
             except NoRoute:
                 row = {"commands": "", "tensorflow": None}
-            ships = platform_facts(platform).python == python
+            ships = PLATFORMS.get(platform, OTHER).python == python
             rows.append({"platform": platform, "python": python, "platform_ships_it": ships, **row})
     return rows
 
 
 def markdown_table(verified: dict[str, str] | None = None) -> str:
-    """The platforms' routes as a Markdown table, every claim labelled (README and notebook 01_tpu_detection_and_connection).
-
-    ``verified`` gives the "verified on a TPU" words of a platform's route; a platform not in it
-    says "no" (the README and the book pass what the hardware records decide, see
-    ``tools/hardware/records.py``).
-    """
+    """The platforms' routes as a Markdown table, every claim labelled; ``verified`` gives the
+    "verified on a TPU" words of a platform's route (else "no"; ``tools/hardware/records.py``)."""
     verified = verified or {}
     lines = [
         "| platform | TPU | Python | TensorFlow it ships | what to do | verified on a TPU |",
@@ -417,7 +374,7 @@ def markdown_table(verified: dict[str, str] | None = None) -> str:
         )
     lines += ["", "| Python | tensorflow-tpu | libtpu | source |", "|---|---|---|---|"]
     for python in PYTHONS_CHECKED:
-        release = next(iter(releases_for(python)), None)
+        release = next((r for r in RELEASES if python in r.pythons), None)
         if release is None:
             lines.append(f"| {python} | none: no TPU build has a wheel | | PyPI (checked by pip) |")
             continue
@@ -427,9 +384,6 @@ def markdown_table(verified: dict[str, str] | None = None) -> str:
             f"PyPI (checked by pip); unverified on hardware |"
         )
     return "\n".join(lines)
-
-
-# --- Which route this environment was given ----------------------------------------------------
 
 
 def _record_path() -> Path:
@@ -454,21 +408,3 @@ def installed_route(path: Path | None = None) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if record.get("python_executable") == sys.executable else None
-
-
-__all__ = [
-    "LIBTPU_NEWEST_SEEN",
-    "NoRoute",
-    "OTHER",
-    "PLATFORMS",
-    "Platform",
-    "RELEASES",
-    "Route",
-    "TPURelease",
-    "choose_route",
-    "installed_route",
-    "markdown_table",
-    "python_version",
-    "record_installed",
-    "route_table",
-]

@@ -1,9 +1,7 @@
 """Where is this notebook running, and can its TensorFlow drive the TPU it sees?
 
-Nothing here imports TensorFlow or touches the TensorFlow runtime: the checks read environment
-variables, device nodes and installed package metadata (the platform and the signs of TPU
-hardware come from :mod:`tpucheck.host`), so they are safe to run before ``connect()`` and on a
-runtime with no TensorFlow at all.
+The checks read package metadata and :mod:`tpucheck.host` only, never TensorFlow, so they are
+safe before ``connect()`` and where TensorFlow is missing.
 """
 
 from __future__ import annotations
@@ -14,21 +12,10 @@ import sys
 from dataclasses import dataclass
 
 from tpucheck import failures, host, routes
-from tpucheck.host import COLAB_ENV, KAGGLE_ENV, TPU_ENV_HINTS, detect_platform, tpu_hints
-
-__all__ = [
-    "COLAB_ENV",
-    "KAGGLE_ENV",
-    "TPU_ENV_HINTS",
-    "detect_platform",
-    "ensure_tensorflow",
-    "RestartRequired",
-    "tensorflow_tpu_support",
-    "tpu_hints",
-    "TPUSupport",
-    "TPUUnusableError",
-    "unusable_tpu_message",
-]
+from tpucheck.host import COLAB_ENV as COLAB_ENV  # re-exported: callers know them as runtime's
+from tpucheck.host import KAGGLE_ENV as KAGGLE_ENV
+from tpucheck.host import TPU_ENV_HINTS as TPU_ENV_HINTS
+from tpucheck.host import detect_platform, tpu_hints
 
 
 class TPUUnusableError(RuntimeError):
@@ -41,10 +28,7 @@ class RestartRequired(RuntimeError):
 
 @dataclass(frozen=True)
 class TPUSupport:
-    """Whether the installed TensorFlow can drive a TPU: ``usable`` is True, False or None (unknown).
-
-    Taught in notebook 01.
-    """
+    """Whether the installed TensorFlow can drive a TPU: ``usable`` is True, False or None (unknown)."""
 
     usable: bool | None
     reason: str
@@ -53,12 +37,9 @@ class TPUSupport:
 def tensorflow_tpu_support() -> TPUSupport:
     """Judge from package metadata whether this TensorFlow can drive a TPU (notebook 01_tpu_detection_and_connection).
 
-    ``tensorflow-tpu`` 2.19.x pins a matching libtpu and is the known-good choice. 2.20.0 counts
-    only beside the libtpu that :mod:`tpucheck.routes` pins for it (unverified on hardware, so
-    "unknown"); with any other libtpu it is the pairing Kaggle saw fail with "No TPU platform
-    found". A CPU-only build or no TensorFlow are known-bad. A plain ``tensorflow`` next to
-    ``libtpu`` is what Cloud TPU VM images ship: it may work, so the answer is "unknown".
-    Taught in notebook 01.
+    "Unknown" (None) where unverified on hardware: ``tensorflow-tpu`` 2.20.0 beside the libtpu
+    :mod:`tpucheck.routes` pins for it (with another, Kaggle saw "No TPU platform found"), and a
+    plain ``tensorflow`` beside ``libtpu``, as Cloud TPU VM images ship.
     """
     dist = host.tensorflow_distribution()
     if dist is None:
@@ -67,42 +48,30 @@ def tensorflow_tpu_support() -> TPUSupport:
     libtpu = host.installed("libtpu", "libtpu-nightly")
     if name == "tensorflow-cpu":
         return TPUSupport(False, f"tensorflow-cpu {version} is a CPU-only build")
-    if name == "tensorflow-tpu":
+    if name != "tensorflow-tpu":
         if libtpu is None:
-            return TPUSupport(False, f"tensorflow-tpu {version} is installed without libtpu")
-        release = next((r for r in routes.RELEASES if r.tensorflow == version), None)
-        if release is not None and release.libtpu_pinned_by_wheel:
-            return TPUSupport(True, f"tensorflow-tpu {version} with libtpu {libtpu}")
-        if release is not None and libtpu == release.libtpu:
-            return TPUSupport(
-                None,
-                f"tensorflow-tpu {version} with libtpu {libtpu}, the pinned pairing "
-                "(unverified on hardware)",
-            )
-        if release is not None:
-            return TPUSupport(
-                False,
-                f"tensorflow-tpu {version} beside libtpu {libtpu} instead of "
-                f"{release.libtpu}, a pairing known to fail with 'No TPU platform found'",
-            )
-        return TPUSupport(
-            None, f"tensorflow-tpu {version} with libtpu {libtpu}: not a known pairing"
-        )
-    if libtpu is not None:
+            return TPUSupport(False, f"{name} {version} has no TPU support (no libtpu installed)")
         return TPUSupport(None, f"{name} {version} beside libtpu {libtpu}: may work (TPU VM image)")
-    return TPUSupport(False, f"{name} {version} has no TPU support (no libtpu installed)")
+    if libtpu is None:
+        return TPUSupport(False, f"tensorflow-tpu {version} is installed without libtpu")
+    release = next((r for r in routes.RELEASES if r.tensorflow == version), None)
+    pair = f"tensorflow-tpu {version} with libtpu {libtpu}"
+    if release is None:
+        return TPUSupport(None, f"{pair}: not a known pairing")
+    if release.libtpu_pinned_by_wheel:
+        return TPUSupport(True, pair)
+    if libtpu == release.libtpu:
+        return TPUSupport(None, f"{pair}, the pinned pairing (unverified on hardware)")
+    return TPUSupport(
+        False,
+        f"tensorflow-tpu {version} beside libtpu {libtpu} instead of {release.libtpu}, a pairing "
+        "known to fail with 'No TPU platform found'",
+    )
 
 
-def unusable_tpu_message(
-    support: TPUSupport, hints: list[str], platform: str, python: str | None = None
-) -> str:
-    """Explain, in the words a user needs, why the TPU cannot be used and how to fix it.
-
-    The fix is the install route for this platform and Python (default: this interpreter's, see
-    :mod:`tpucheck.routes`); where no
-    route exists the message says so and names the way out instead of a command that would fail.
-    Taught in notebook 01.
-    """
+def unusable_tpu_message(support: TPUSupport, hints: list[str], platform: str) -> str:
+    """Why the TPU cannot be used, and the fix: the install route for this platform and Python,
+    or where there is none the way out."""
     found = (
         f"TPU hardware was found ({', '.join(hints)}) but TensorFlow cannot use it: "
         f"{support.reason}.\n"
@@ -112,7 +81,7 @@ def unusable_tpu_message(
         "use a runtime without a TPU: there the lessons run on a simulated TPU."
     )
     try:
-        route = routes.choose_route(platform, python)
+        route = routes.choose_route(platform)
     except routes.NoRoute as err:
         return f"{found}{err}\n{fallback}"
     commands = "\n".join(f"    {c}" for c in route.commands)
@@ -125,11 +94,9 @@ def unusable_tpu_message(
 
 
 def _pip(command: str) -> None:
-    """Run one pip command of a route, shown as it runs; a failure ends with its known fix.
-
-    Refused where no TPU hardware is in sight: a TPU build of TensorFlow brings libtpu, which on
-    a host without a TPU queries the cloud metadata service for minutes at every import.
-    """
+    """Run one pip command of a route, shown as it runs; a failure ends with its known fix. Refused
+    without TPU hardware in sight, where libtpu queries the cloud metadata service for minutes at
+    every import."""
     if not tpu_hints():
         raise TPUUnusableError(
             f"Refusing to run `{command}`: no TPU hardware is in sight on this host, and a TPU "
@@ -175,14 +142,11 @@ def _no_tensorflow_message(platform: str) -> str:
 def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
     """Make sure the TensorFlow here fits the hardware here; run by every notebook's setup cell.
 
-    - No TPU in sight: only checks that TensorFlow is importable.
-    - TPU present and TensorFlow able (or possibly able) to drive it: returns.
-    - TPU present and TensorFlow unable: where the platform installs automatically (Colab and
-      Kaggle; ``install=None`` means "as the platform does") runs the install route for this
-      Python and raises :class:`RestartRequired`; elsewhere raises :class:`TPUUnusableError`
-      with the commands to run. When this Python has no route, raises
-      :class:`TPUUnusableError` with the way out and runs no pip command. Never falls back
-      silently.
+    Without a TPU in sight it only checks that TensorFlow is installed. Beside a TPU this
+    TensorFlow cannot drive, it runs the install route where the platform installs automatically
+    (``install=None``: Colab and Kaggle) and raises :class:`RestartRequired`; elsewhere, or with
+    no route for this Python, it raises :class:`TPUUnusableError` saying what to do. It never
+    falls back silently.
     """
     platform = detect_platform()
     hints = tpu_hints()
@@ -191,11 +155,9 @@ def ensure_tensorflow(install: bool | None = None) -> TPUSupport:
     problem = failures.keras_distribution_problem(keras) if keras else None
     if problem:
         raise RuntimeError(f"The lessons need Keras 3.10 or newer. {problem}")
-    if not hints:
-        if host.tensorflow_distribution() is None:
-            raise ModuleNotFoundError(_no_tensorflow_message(platform))
-        return support
-    if support.usable is not False:
+    if not hints and host.tensorflow_distribution() is None:
+        raise ModuleNotFoundError(_no_tensorflow_message(platform))
+    if not hints or support.usable is not False:
         return support
     try:
         route = routes.choose_route(platform)

@@ -1,20 +1,8 @@
-"""Timing that a reader can trust: synchronised, warmed up, repeated (notebooks 03_keras_compile_and_fit to 06_input_pipelines).
-
-Three rules make a timing of TensorFlow code mean something:
-
-- **synchronise**: a call may return before the device has finished (TPUs and GPUs run
-  asynchronously), so the clock stops only after the result has been fetched to the host;
-- **warm up**: the first call of a ``tf.function`` traces and compiles it, which can take longer
-  than hundreds of steps; warm-up calls are run and thrown away;
-- **repeat**: other programs share the machine, so one measurement is noise; report the median
-  of several repetitions and their spread (min to max).
-
-To compare two variants, :func:`compare` alternates them (A B, B A, A B ...) so that a slow spell
-of the machine hits both, and reports the ratio of their medians with the spread of the ratios
-of each pair; :func:`compare_timings` and :func:`compare_throughput` let several tasks or
-``tf.data`` pipelines take turns (notebook 06_input_pipelines). :func:`epoch_timer` is the same clock for Keras ``fit``, one reading per epoch.
-The lessons' timings come from this module.
-"""
+"""Timing that a reader can trust: synchronised, warmed up, repeated (notebooks
+03_keras_compile_and_fit to 06_input_pipelines). The clock stops once the result is on the host
+(a TPU runs asynchronously), the first calls (tracing, compiling) run untimed, the median of
+several repetitions is reported with their spread, and variants take turns (:func:`compare`:
+A B, B A, ...) so that a slow spell of the machine hits them all."""
 
 from __future__ import annotations
 
@@ -26,25 +14,9 @@ from dataclasses import dataclass
 
 from tpucheck.batches import positive_int
 
-__all__ = [
-    "compare",
-    "compare_throughput",
-    "compare_timings",
-    "Comparison",
-    "epoch_timer",
-    "to_host",
-    "Throughput",
-    "time_call",
-    "Timing",
-]
-
 
 def to_host(result):
-    """Bring ``result`` to the host and return it as numpy / Python values.
-
-    Walks lists, tuples and dicts; anything with a ``.numpy()`` method (TensorFlow tensors,
-    per-replica values' components) is converted, which waits for the device to finish.
-    """
+    """``result`` (or lists, tuples, dicts of it) on the host: ``.numpy()`` waits for the device."""
     if isinstance(result, dict):
         return {key: to_host(value) for key, value in result.items()}
     if isinstance(result, (list, tuple)):
@@ -78,12 +50,6 @@ class Timing:
     def high(self) -> float:
         return max(self.seconds)
 
-    def per(self, units: float) -> Timing:
-        """Seconds per unit of work (e.g. per step when each repetition ran ``units`` steps)."""
-        if not units > 0:
-            raise ValueError(f"units must be positive, got {units}")
-        return Timing(tuple(s / units for s in self.seconds))
-
     def __str__(self) -> str:
         return (
             f"{_seconds(self.median)} (spread {_seconds(self.low)} to {_seconds(self.high)}, "
@@ -98,12 +64,9 @@ def time_call(
     warmup: int = 1,
     on_repeat: Callable[[int, float], None] | None = None,
 ) -> Timing:
-    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones, each synchronised.
-
-    Each call's result goes through :func:`to_host` before the clock stops. ``on_repeat(i,
-    seconds)`` is called after each timed repetition (progress output).
-    """
-    _check_counts(repeats, warmup)
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones, each synchronised
+    (:func:`to_host`); ``on_repeat(i, seconds)`` reports progress."""
+    _check_counts(warmup, repeats=repeats)
     for _ in range(warmup):
         to_host(fn())
     seconds = []
@@ -129,11 +92,7 @@ class Comparison:
 
     @property
     def speedup(self) -> float:
-        """Median baseline time / median candidate time: above 1, the candidate is faster.
-
-        The ratio of the two medians agrees with the medians a reader sees side by side; the
-        paired ratios (``ratios``) give its spread.
-        """
+        """Median baseline time / median candidate time: above 1, the candidate is faster."""
         return self.baseline.median / self.candidate.median
 
     def __str__(self) -> str:
@@ -149,43 +108,32 @@ def compare(
     warmup: int = 1,
     on_repeat: Callable[[int, float, float], None] | None = None,
 ) -> Comparison:
-    """Time two callables that do the same work, alternating their order in every repetition.
-
-    Both are warmed up first. ``on_repeat(i, baseline_seconds, candidate_seconds)`` reports
-    progress.
-    Taught in notebook 04.
-    """
-    _check_counts(repeats, warmup)
+    """Time two callables that do the same work, warmed up, alternating their order in every
+    repetition; ``on_repeat(i, baseline_seconds, candidate_seconds)`` reports progress."""
+    _check_counts(warmup, repeats=repeats)
     for _ in range(warmup):
         to_host(baseline())
         to_host(candidate())
     base, cand = [], []
     for i in range(repeats):
-        if i % 2:  # every other pair runs the candidate first, so drift does not favour one
-            cand.append(_timed(candidate))
-            base.append(_timed(baseline))
-        else:
-            base.append(_timed(baseline))
-            cand.append(_timed(candidate))
+        pair = [(base, baseline), (cand, candidate)]
+        # Every other pair runs the candidate first, so drift does not favour one.
+        for times, fn in reversed(pair) if i % 2 else pair:
+            times.append(_timed(fn))
         if on_repeat:
             on_repeat(i, base[-1], cand[-1])
     return Comparison(Timing(tuple(base)), Timing(tuple(cand)))
 
 
 def epoch_timer():
-    """A Keras callback that records each epoch's wall-clock seconds in ``.seconds``.
-
-    Keras fetches an epoch's logs before ``on_epoch_end``, so the device work is finished when
-    the clock stops. The first epoch includes tracing and compiling; compare the later ones.
-    Taught in notebook 05.
-    """
+    """A Keras callback that records each epoch's wall-clock seconds in ``.seconds`` (Keras
+    fetches an epoch's logs before ``on_epoch_end``); the first includes tracing and compiling."""
     import keras
 
     class EpochTimer(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self.seconds: list[float] = []
-            self._start = 0.0
 
         def on_epoch_begin(self, epoch, logs=None):
             self._start = time.perf_counter()
@@ -203,20 +151,12 @@ def compare_timings(
     warmup: int = 1,
     rounds: int = 3,
 ) -> dict[str, Timing]:
-    """Seconds per call of several tasks, measured in one run, the tasks taking turns.
-
-    ``setups[name]()`` returns the task to time (a function of no arguments). It is called
-    afresh at the start of every round, so build new ``tf.data`` iterators there: an iterator
-    keeps preparing batches in the background, and an old one would hand its stock to the next
-    timing, or steal CPU while another task is timed. In each round each task runs ``warmup``
-    untimed calls and ``calls`` timed ones (:func:`time_call`); the result holds
-    one value per round, the median seconds per call of that round. Taking turns means a burst
-    of load from other programs hits every task, not one.
-    Taught in notebook 06.
-    """
+    """Seconds per call of several tasks taking turns in ``rounds``: the median of each round's
+    :func:`time_call` of ``setups[name]()``, a fresh task (build new ``tf.data`` iterators there:
+    an old one keeps preparing batches in the background)."""
     if not setups:
         raise ValueError("nothing to time")
-    positive_int("rounds", rounds)
+    _check_counts(warmup, rounds=rounds, calls=calls)
     per_round: dict[str, list[float]] = {name: [] for name in setups}
     for _ in range(rounds):
         for name, setup in setups.items():
@@ -227,16 +167,10 @@ def compare_timings(
     return {name: Timing(tuple(values)) for name, values in per_round.items()}
 
 
-def _batch_size(batch) -> int:
-    first = batch[0] if isinstance(batch, (tuple, list)) else batch
-    return int(first.shape[0])
-
-
 @dataclass(frozen=True)
 class Throughput:
-    """One pipeline measured over several rounds: seconds per batch, by the wall clock and in
-    CPU time of the whole process (all its threads), one value of each per round.
-    """
+    """One pipeline's seconds per batch in each round, by the wall clock and in CPU time of the
+    whole process (all its threads)."""
 
     batch_size: int
     wall_seconds: tuple[float, ...]
@@ -260,31 +194,20 @@ def compare_throughput(
     warmup: int = 2,
     rounds: int = 3,
 ) -> dict[str, Throughput]:
-    """Measure each ``tf.data`` pipeline's throughput and CPU cost in one run (notebook 06_input_pipelines).
-
-    Fill any ``cache()`` first (``pipelines.fill_caches``), or the first round times the filling.
-    For ``rounds`` rounds the pipelines take turns: each gets
-    a fresh iterator (an old one would have prepared batches in the background while another
-    pipeline was timed), ``warmup`` untimed batches, then as many batches as it can deliver in
-    ``seconds``. Every pipeline is timed for the same duration, so a pause of the machine costs
-    a fast pipeline no larger share of its measurement than a slow one.
-
-    Two clocks run during the timed batches. The wall clock gives examples per second, which
-    parallelism improves and other programs on the machine spoil. The process's CPU time gives
-    the work done per example, which parallelism does not change (it spreads the same work over
-    more cores) but caching and vectorising reduce, and which barely depends on the load.
-    Taught in notebook 06.
-    """
+    """Each ``tf.data`` pipeline's throughput and CPU cost (06_input_pipelines); fill any
+    ``cache()`` first (``pipelines.fill_caches``), or the first round times the filling. In each
+    round the pipelines take turns, each with a fresh iterator, ``warmup`` untimed batches, then
+    the batches it delivers in ``seconds`` (the same time for each, so a pause of the machine
+    costs a fast pipeline no larger share than a slow one)."""
     if not pipelines:
         raise ValueError("no pipelines to measure")
-    if not seconds > 0 or not math.isfinite(seconds):
+    if not 0 < seconds < math.inf:
         raise ValueError(f"seconds must be a positive number, got {seconds!r}")
-    for label, value, low in (("warmup", warmup, 0), ("rounds", rounds, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{label} must be an integer >= {low}, got {value!r}")
-    sizes: dict[str, int] = {}
+    _check_counts(warmup, rounds=rounds)
+    sizes = {}
     for name, ds in pipelines.items():
-        sizes[name] = _batch_size(next(iter(ds)))
+        batch = next(iter(ds))  # (features, labels), or features: the batch size is their first
+        sizes[name] = int((batch[0] if isinstance(batch, (tuple, list)) else batch).shape[0])
     wall: dict[str, list[float]] = {name: [] for name in pipelines}
     cpu: dict[str, list[float]] = {name: [] for name in pipelines}
     for _ in range(rounds):
@@ -312,8 +235,9 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def _check_counts(repeats, warmup) -> None:
-    positive_int("repeats", repeats)
+def _check_counts(warmup, **counts) -> None:
+    for name, value in counts.items():
+        positive_int(name, value)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
 

@@ -1,26 +1,16 @@
 """TPU slices, their topologies and device assignments, built without a TPU (notebook 07_model_parallelism).
 
-TensorFlow describes a TPU slice with two objects:
-
-- ``tf.tpu.experimental.Topology``: the physical mesh, shape ``(x, y, z, cores per chip)``, and for
-  every host (*task*) and TPU device of that host the device's coordinates in the mesh.
-  ``initialize_tpu_system`` returns it on a TPU; here it is built from a hand-written layout.
-- ``tf.tpu.experimental.DeviceAssignment``: which core serves which replica and which *logical
-  device* of that replica. ``DeviceAssignment.build(topology, computation_shape, num_replicas)``
-  is pure Python, so it runs on a CPU from a hand-written topology exactly as on a TPU.
-
-The layouts in :data:`SLICES` come from the platforms' documentation (chip grid, chips per host,
-cores per chip). The *order* in which a real host lists its devices is known for the 8-core v2/v3
-host only (see :class:`SliceSpec.layout_source`); the others are unverified on hardware, and
-notebook 07_model_parallelism compares them with the real topology when it runs on a TPU.
-
-The module also checks the divisibility rules of ``experimental_split_to_logical_devices`` and
-``experimental_assign_to_logical_device`` before a TPU would, with errors that say what to change.
-``helpers.plots.plot_assignments`` draws them, with :func:`assignment_grid`.
+A ``tf.tpu.experimental.Topology`` (the mesh ``(x, y, z, cores per chip)`` and each host's
+device coordinates) is built from the layouts in :data:`SLICES`, from the platforms'
+documentation (``SliceSpec.layout_source`` says how far each is verified);
+``DeviceAssignment.build`` is pure Python, so it runs on a CPU exactly as on a TPU. The rules of
+``experimental_split_to_logical_devices`` and ``experimental_assign_to_logical_device`` are
+checked before a TPU would, with errors that say what to change.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,46 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpucheck import _tf
+from tpucheck.batches import near_multiples
 from tpucheck.tpu_facts import GENERATIONS
-
-__all__ = [
-    "assignment_grid",
-    "build_assignment",
-    "build_topology",
-    "check_logical_device",
-    "check_split",
-    "computation_shape_for",
-    "core_usage",
-    "device_coordinates",
-    "matching_slice",
-    "same_layout",
-    "sharding_annotations",
-    "slice_spec",
-    "SliceSpec",
-    "SplitError",
-    "tpu_topology",
-]
-
-# TensorFlow, Keras and matplotlib are imported inside the functions that use them, so that
-# `import tpucheck.topology` works where TensorFlow is missing (a fresh Colab TPU runtime) and stays quick.
-
-GIB = 2**30
 
 
 class SplitError(ValueError):
-    """A tensor cannot be split over the logical devices as asked; the message says why.
-
-    Taught in notebook 07.
-    """
+    """A tensor cannot be split over the logical devices as asked; the message says why."""
 
 
 @dataclass(frozen=True)
 class SliceSpec:
-    """The shape of a TPU slice: chip grid, cores per chip, chips per host, memory per chip.
-
-    ``host_chips`` is the block of chips one host (TensorFlow *task*) drives; the slice's chip
-    grid is tiled by such blocks, so ``hosts = prod(chips / host_chips)``.
-    """
+    """The shape of a TPU slice: chip grid, cores per chip, chips per host (``host_chips``, the
+    block of chips one host, TensorFlow's *task*, drives; they tile the grid), memory per chip."""
 
     name: str
     chips: tuple[int, int, int]
@@ -150,10 +112,7 @@ SLICES: dict[str, SliceSpec] = {name: _slice(name) for name in _GRIDS}
 
 
 def slice_spec(name: str | SliceSpec) -> SliceSpec:
-    """Look up a slice by name (``"v3-8"``, ``"v5e-8"``, ``"v5e-1"``, ``"v3-32"``).
-
-    Taught in notebooks 07, 09.
-    """
+    """Look up a slice by name (``"v3-8"``, ``"v5e-8"``, ``"v5e-1"``, ``"v3-32"``)."""
     if isinstance(name, SliceSpec):
         return name
     try:
@@ -163,37 +122,23 @@ def slice_spec(name: str | SliceSpec) -> SliceSpec:
 
 
 def device_coordinates(spec: str | SliceSpec) -> np.ndarray:
-    """``[hosts, devices per host, 4]`` mesh coordinates ``(x, y, z, core)``, as TensorFlow lists them.
-
-    Hosts tile the chip grid in ``host_chips`` blocks, x fastest. Within a host the devices go core
-    fastest, then x, then y, then z: the order of the recorded v2/v3-8 topology (see
-    :data:`SLICES` for what is verified).
-    """
+    """``[hosts, devices per host, 4]`` mesh coordinates ``(x, y, z, core)``, as TensorFlow lists them:
+    hosts tile the chip grid x fastest; within a host core fastest, then x, y, z (the order of
+    the recorded v2/v3-8 topology)."""
     spec = slice_spec(spec)
     hx, hy, hz = spec.host_chips
-    blocks = [c // b for c, b in zip(spec.chips, spec.host_chips, strict=True)]
-    hosts = []
-    for bz in range(blocks[2]):
-        for by in range(blocks[1]):
-            for bx in range(blocks[0]):
-                devices = [
-                    (bx * hx + x, by * hy + y, bz * hz + z, core)
-                    for z in range(hz)
-                    for y in range(hy)
-                    for x in range(hx)
-                    for core in range(spec.cores_per_chip)
-                ]
-                hosts.append(devices)
+    blocks = [range(c // b) for c, b in zip(spec.chips, spec.host_chips, strict=True)]
+    within = list(itertools.product(range(hz), range(hy), range(hx), range(spec.cores_per_chip)))
+    hosts = [
+        [(bx * hx + x, by * hy + y, bz * hz + z, core) for z, y, x, core in within]
+        for bz, by, bx in itertools.product(*reversed(blocks))
+    ]
     return np.asarray(hosts, dtype=np.int32)
 
 
 def build_topology(spec: str | SliceSpec):
-    """A ``tf.tpu.experimental.Topology`` for a slice in :data:`SLICES`, built on any machine.
-
-    Notebook 07_model_parallelism writes the v3-8 one by hand in plain TensorFlow (section 2); this gives back the
-    same topology (tests/test_lesson_code_model_parallelism.py).
-    Taught in notebook 07.
-    """
+    """A ``tf.tpu.experimental.Topology`` for a slice in :data:`SLICES`, built on any machine (the
+    v3-8 one notebook 07_model_parallelism writes by hand)."""
     import tensorflow as tf
 
     spec = slice_spec(spec)
@@ -203,13 +148,9 @@ def build_topology(spec: str | SliceSpec):
 
 
 def computation_shape_for(mesh_shape: Sequence[int], logical_devices: int) -> list[int]:
-    """The block of cores ``(x, y, z, core)`` one replica spans when it has ``logical_devices``.
-
-    Cores of the same chip are taken first (they share the chip's fastest links), then the block
-    grows along its shortest side among x, y and z, so it stays compact. Every side must divide
-    the mesh, so that identical blocks tile the whole slice: no core is left idle.
-    Taught in notebook 07.
-    """
+    """The block of cores ``(x, y, z, core)`` one replica spans when it has ``logical_devices``:
+    the cores of a chip first (the fastest links), then along the shortest side, each side a
+    divisor of the mesh's, so that identical blocks tile the whole slice."""
     if isinstance(logical_devices, bool) or not isinstance(logical_devices, (int, np.integer)):
         raise TypeError(f"logical_devices must be an int, got {logical_devices!r}")
     mesh = [int(m) for m in mesh_shape]
@@ -220,7 +161,7 @@ def computation_shape_for(mesh_shape: Sequence[int], logical_devices: int) -> li
         raise ValueError(
             f"{logical_devices} logical devices per replica cannot tile a slice of {cores} "
             f"core(s) (mesh {mesh}): use a divisor of {cores}, "
-            f"e.g. {', '.join(str(d) for d in _divisors(cores))}"
+            f"e.g. {', '.join(str(d) for d in range(1, cores + 1) if cores % d == 0)}"
         )
     shape = [1, 1, 1, 1]
     shape[3] = math.gcd(logical_devices, mesh[3])  # the cores of one chip first
@@ -246,19 +187,10 @@ def _prime_factors(n: int) -> list[int]:
     return factors
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def build_assignment(topology, logical_devices: int = 1):
-    """``DeviceAssignment.build`` with one replica per block of ``logical_devices`` cores.
-
-    ``num_replicas x logical_devices`` equals the slice's core count: every core serves exactly
-    one (replica, logical device) pair. Notebook 07_model_parallelism calls ``DeviceAssignment.build`` by hand
-    for 2 logical devices on a v3-8 (section 3); this returns the same assignment
-    (tests/test_lesson_code_model_parallelism.py).
-    Taught in notebook 07.
-    """
+    """``DeviceAssignment.build`` with one replica per block of ``logical_devices`` cores, so
+    every core serves exactly one (replica, logical device) pair (as notebook
+    07_model_parallelism builds by hand)."""
     import tensorflow as tf
 
     mesh = [int(m) for m in topology.mesh_shape]
@@ -270,22 +202,15 @@ def build_assignment(topology, logical_devices: int = 1):
 
 
 def core_usage(assignment) -> np.ndarray:
-    """How many (replica, logical device) pairs each core of the mesh serves (want: all 1).
-
-    Taught in notebook 07.
-    """
+    """How many (replica, logical device) pairs each core of the mesh serves (want: all 1)."""
     mesh = [int(m) for m in assignment.topology.mesh_shape]
     counts = np.zeros(mesh, dtype=np.int32)
-    for coords in np.asarray(assignment.core_assignment).reshape(-1, len(mesh)):
-        counts[tuple(coords)] += 1
+    np.add.at(counts, tuple(np.asarray(assignment.core_assignment).reshape(-1, len(mesh)).T), 1)
     return counts
 
 
 def assignment_grid(assignment) -> tuple[np.ndarray, np.ndarray]:
-    """Two mesh-shaped arrays: the replica and the logical device each core serves (-1: idle).
-
-    Taught in notebook 07.
-    """
+    """Two mesh-shaped arrays: the replica and the logical device each core serves (-1: idle)."""
     mesh = [int(m) for m in assignment.topology.mesh_shape]
     replica = np.full(mesh, -1, dtype=np.int32)
     logical = np.full(mesh, -1, dtype=np.int32)
@@ -300,20 +225,14 @@ def assignment_grid(assignment) -> tuple[np.ndarray, np.ndarray]:
 
 
 def same_layout(a, b) -> bool:
-    """True when two topologies have the same mesh and list their devices in the same order.
-
-    Taught in notebook 07.
-    """
+    """True when two topologies have the same mesh and list their devices in the same order."""
     return np.array_equal(a.mesh_shape, b.mesh_shape) and np.array_equal(
         a.device_coordinates, b.device_coordinates
     )
 
 
 def matching_slice(topology) -> str | None:
-    """The name of the :data:`SLICES` entry whose layout equals ``topology``, or None.
-
-    Taught in notebook 07.
-    """
+    """The name of the :data:`SLICES` entry whose layout equals ``topology``, or None."""
     for name in SLICES:
         if same_layout(topology, build_topology(name)):
             return name
@@ -321,12 +240,8 @@ def matching_slice(topology) -> str | None:
 
 
 def tpu_topology(strategy):
-    """The topology a real TPU reported when ``helpers.connect`` initialised it (TPU only).
-
-    ``initialize_tpu_system`` stores the serialised topology on the cluster resolver; this reads
-    it back (a private attribute of the resolver in TensorFlow 2.19 to 2.21, hence the checks).
-    Taught in notebook 07.
-    """
+    """The topology a real TPU reported when ``initialize_tpu_system`` initialised it (TPU only),
+    read back from the cluster resolver (a private attribute in TensorFlow 2.19 to 2.21)."""
     import tensorflow as tf
 
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -342,14 +257,8 @@ def tpu_topology(strategy):
 def check_split(
     shape: Sequence[int | None], partition_dimensions: Sequence[int], logical_devices: int
 ) -> tuple[int | None, ...]:
-    """Check ``experimental_split_to_logical_devices(tensor, partition_dimensions)`` in advance.
-
-    The rules TPUStrategy enforces: one entry per tensor dimension, their product equal to the
-    logical devices per replica, and every known dimension divisible by its entry. Returns the
-    shape of the piece each logical device receives; raises :class:`SplitError` saying what to
-    change.
-    Taught in notebook 07.
-    """
+    """Check ``experimental_split_to_logical_devices(tensor, partition_dimensions)`` in advance,
+    by the rules TPUStrategy enforces; the shape of the piece each logical device receives."""
     shape = tuple(None if s is None else int(s) for s in shape)
     parts = tuple(int(p) for p in partition_dimensions)
     if len(parts) != len(shape):
@@ -368,20 +277,16 @@ def check_split(
         )
     for axis, (size, part) in enumerate(zip(shape, parts, strict=True)):
         if size is not None and size % part:
-            lower, upper = size // part * part, (size // part + 1) * part
-            sizes = f"{lower} or {upper}" if lower else f"{upper}"
             raise SplitError(
-                f"dimension {axis} has size {size}, which does not split into {part} equal "
-                f"pieces: make it a multiple of {part} (e.g. {sizes}) or split another dimension"
+                f"dimension {axis} has size {size}, which does not split into {part} equal pieces: "
+                f"make it a multiple of {part} (e.g. {near_multiples(size, part)}) or split "
+                "another dimension"
             )
     return tuple(None if s is None else s // p for s, p in zip(shape, parts, strict=True))
 
 
 def check_logical_device(logical_device_id: int, logical_devices: int) -> int:
-    """Check ``experimental_assign_to_logical_device(tensor, logical_device_id)`` in advance.
-
-    Taught in notebook 07.
-    """
+    """Check ``experimental_assign_to_logical_device(tensor, logical_device_id)`` in advance."""
     if not 0 <= logical_device_id < logical_devices:
         raise ValueError(
             f"logical device {logical_device_id} does not exist: each replica has "
@@ -391,14 +296,9 @@ def check_logical_device(logical_device_id: int, logical_devices: int) -> int:
 
 
 def sharding_annotations(concrete_function) -> list[dict]:
-    """The XLA sharding annotations in a traced function's graph (notebook 07_model_parallelism).
-
-    TPUStrategy's ``experimental_split_to_logical_devices`` and friends do not move data; they add
-    an ``XlaSharding`` op that tells the XLA compiler how to spread a tensor over the logical
-    devices. This lists them: ``kind`` is ``"split"`` (tiled), ``"replicated"`` or
-    ``"one device"``, with the tile grid and the devices.
-    Taught in notebook 07.
-    """
+    """The ``XlaSharding`` ops in a traced function's graph (notebook 07_model_parallelism): how
+    ``experimental_split_to_logical_devices`` and friends tell XLA to spread a tensor, as
+    ``kind`` (``"split"``, ``"replicated"`` or ``"one device"``), tile grid and devices."""
     op_sharding = _tf.xla_op_sharding()
     kinds = {
         op_sharding.OTHER: "split",

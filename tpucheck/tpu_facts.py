@@ -1,9 +1,6 @@
-"""TPU hardware facts as Google publishes them, in one place.
-
-The 8 x 128 layout a TPU pads arrays to and the batch that fills a matrix unit (Cloud TPU
-performance guide), which ``batches.plan_batch`` and the readiness check measure against; each
-generation's TensorCores and matrix units (MXUs), published peak, memory and devices per chip,
-which the self-test (and the lessons' topologies) use.
+"""TPU hardware facts as Google publishes them, in one place. They are the 8 x 128 layout a TPU
+pads arrays to, the batch that fills a matrix unit (Cloud TPU performance guide), and each
+generation's TensorCores, matrix units (MXUs), published peak, memory and devices per chip.
 """
 
 from __future__ import annotations
@@ -34,11 +31,10 @@ def round_up(n: int, multiple: int) -> int:
 
 @dataclass(frozen=True)
 class Generation:
-    """One TPU generation as Google publishes it: peak, memory (``hbm_gib``) per chip, and how
-    TensorFlow sees a chip: ``devices_per_chip`` TensorFlow devices (replicas), 2 where each of
-    its TensorCores is one (v2, v3), 1 where it has one TensorCore or shows two as one "megacore"
-    device (v4, v5p). Each TensorCore holds ``mxus_per_tensorcore`` matrix units (MXUs) of
-    ``mxu_size`` squared multiply-accumulators. None of it measured on hardware by this project.
+    """One TPU generation as Google publishes it, per chip (none of it measured on hardware):
+    ``devices_per_chip`` TensorFlow devices (replicas), 2 where each TensorCore is one (v2, v3), 1
+    where there is one or two show as one "megacore" device (v4, v5p); each TensorCore holds
+    ``mxus_per_tensorcore`` matrix units (MXUs) of ``mxu_size`` squared multiply-accumulators.
     """
 
     name: str
