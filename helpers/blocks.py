@@ -7,18 +7,10 @@ A block that only some runtimes take (a TPU, the simulated TPU, one replica) sta
         runs_on("simulated TPU")
         ...
 
-The runner (``tools/run_notebooks.py``, ``tools/runner/blocks.py``) reads each call from the
-executed cell and knows where the run was (a TPU or not, how many replicas). It fails the lesson
-when a block did not run on a place it names, or ran on a place it does not name: a block that
-says "simulated TPU only" and never runs there, or an aside meant for a TPU that runs on the
-CPU, is caught in the run that should have taken it. Outside the runner the call does nothing.
-
-Places: the hardware, ``"TPU"``, ``"GPU"`` or ``"CPU"``; ``"simulated TPU"`` (a CPU split into
-several logical devices); ``"one replica"``, ``"several replicas"``, ``"N replicas"`` for an
-exact count (``"8 replicas"``); ``"one host"`` or ``"pod"`` (a TPU slice of several hosts);
-the platforms ``"Colab"`` and ``"Kaggle"``. A place may join
-several with "and" (``"TPU and several replicas"``: a TPU with more than one core). Used in
-every lesson.
+The headless runner (``tools/runner/blocks.py``) reads each call from the executed cell and fails
+the lesson when a block did not run where it names, or ran where it does not. Outside the
+runner the call does nothing. Places: :data:`PLACES`, ``"N replicas"`` for an exact count, or
+several joined by "and" (``"TPU and several replicas"``).
 """
 
 from __future__ import annotations
@@ -64,7 +56,6 @@ def runs_on(*places: str) -> None:
     """Declare where the block this line opens must run, and record that it ran here.
 
     Raises ValueError for a place the runner does not know, so a typo fails at once.
-    Taught in notebooks 00, 01, 02, 03, 04, 07, 08, 09, 10, 12, 13.
     """
     unknown = [p for p in places if not is_place(p)]
     if not places or unknown:

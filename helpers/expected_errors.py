@@ -15,10 +15,8 @@ __all__ = ["expect_error", "ExpectedErrorMissing"]
 
 MAX_DETAIL_LINES = 6
 ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")  # Keras colours parts of its messages
-# What makes TensorFlow's messages wider than an output area, shortened for reading:
-# "{{function_node __wrapped__IteratorGetNext_..._device_/job:...}}" before the message, and
-# object reprs such as "<tensorflow.python.distribute.mirrored_strategy.MirroredStrategy object
-# at 0x7f...>". The exception itself, with its full text, is in the list expect_error yields.
+# What makes TensorFlow's messages wider than an output area, shortened for reading (the full
+# text stays in the exception expect_error yields): "{{function_node ...}}" and object reprs.
 NOISE = (
     (re.compile(r"\{\{function_node [^}]*\}\}\s*"), ""),
     (re.compile(r"<(?:[\w]+\.)+(\w+) object at 0x[0-9a-f]+>"), r"<\1 object>"),
@@ -37,7 +35,6 @@ def expect_error(*types: type[BaseException], match: str | None = None):
     ``match`` is a regular expression that the error message must contain. Yields a one-item
     list that holds the caught exception afterwards, for further checks. Long TensorFlow errors
     are shown short: their first line, the line ``match`` found, and how many lines were left out.
-    Taught in notebooks 01, 02, 03, 04, 05, 06, 07, 08, 09, 10.
     """
     types = types or (Exception,)
     caught: list[BaseException] = []

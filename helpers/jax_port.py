@@ -1,19 +1,7 @@
-"""Keras 3 on JAX: the collection's training with ``keras.distribution`` instead of TPUStrategy.
+"""Keras 3 on JAX with ``keras.distribution`` instead of TPUStrategy (notebook 12_keras3_on_jax).
 
-Notebook 12_keras3_on_jax runs the reference script's data and model parts on JAX (they never touch
-TensorFlow) and keeps :class:`helpers.loops.Equivalence` (the 8-versus-1 verdict of notebook
-04_custom_training_loops). What differs lives here:
-
-- :func:`configure` runs before Keras or JAX is first imported: it selects the JAX backend,
-  simulates devices on a CPU-only host and refuses a process that already imported TensorFlow
-  (on a TPU host, TensorFlow and JAX in one process both try to own the TPU);
-- :func:`mesh_shape`, the (batch, model) axes of a device mesh, and :func:`placement`, where an
-  array lives;
-- :func:`check_device_equivalence`, the same model trained under two distributions from the same
-  weights on the same batches (:func:`train_same_batches`).
-
-Nothing here imports TensorFlow; Keras and JAX are imported inside the functions that need
-them, so importing this module never fixes the backend before :func:`configure` ran.
+Keras and JAX are imported inside the functions (TensorFlow never): importing this module does
+not fix the backend before :func:`configure` ran.
 """
 
 from __future__ import annotations
@@ -21,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -29,7 +18,7 @@ import numpy as np
 
 from helpers import loops
 from tpucheck import runtime
-from tpucheck.batches import per_replica_batch
+from tpucheck.batches import per_replica_batch, positive_int
 
 __all__ = [
     "check_device_equivalence",
@@ -56,31 +45,19 @@ class RestartKernel(RuntimeError):
 
 def _accelerator_hints(env: Mapping[str, str] | None = None, dev: str | Path = "/dev") -> list[str]:
     """Signs of a TPU (``runtime.tpu_hints``) or an NVIDIA GPU (``/dev/nvidia0``) on this host."""
-    hints = runtime.tpu_hints(env, dev)
-    hints += sorted(str(p) for p in Path(dev).glob("nvidia[0-9]*"))
-    return hints
-
-
-def _xla_flags(current: str, devices: int) -> str:
-    """``current`` XLA_FLAGS with the host device count set to ``devices`` (others kept)."""
-    kept = [flag for flag in current.split() if not flag.startswith(DEVICE_COUNT_FLAG + "=")]
-    return " ".join([*kept, f"{DEVICE_COUNT_FLAG}={devices}"])
+    return runtime.tpu_hints(env, dev) + sorted(str(p) for p in Path(dev).glob("nvidia[0-9]*"))
 
 
 def thread_pool_size(devices: int, cores: int | None = None) -> int:
     """Threads for JAX's CPU pools so that ``devices`` simulated devices cannot starve them.
 
-    jaxlib sizes each pool to the larger of the cores and the devices (``GetPjRtCpuClient`` in
-    openxla/xla, xla/pjrt/cpu/cpu_client.cc): exactly the devices on a machine with fewer cores,
-    the minimum for one collective. Each device's part of a collective holds a thread until all
-    of them arrive, and the launch of a device whose earlier work is still queued holds one
-    more while it waits; when those fill the pool, the queued work has no thread left, the
-    last devices never arrive, and XLA ends the process after its rendezvous timeout
-    ("Termination timeout for `all reduce` ... Expected 8 threads to join"). Twice the devices
-    plus one leaves a thread for that work.
+    jaxlib sizes each pool to max(cores, devices) (``GetPjRtCpuClient``, openxla/xla
+    xla/pjrt/cpu/cpu_client.cc). A collective holds one thread per device until all arrive, and a
+    device whose earlier work is still queued holds one more: with fewer cores than devices the
+    queued work gets no thread and XLA ends the process ("Termination timeout for `all reduce`
+    ... Expected 8 threads to join"). Twice the devices plus one leaves a thread for it.
     """
-    if devices < 1:
-        raise ValueError(f"devices must be at least 1, got {devices}")
+    positive_int("devices", devices)
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(cores or 1, 2 * devices + 1)
@@ -95,22 +72,14 @@ def configure(
 ) -> dict[str, str]:
     """Prepare this process for Keras on JAX; return the environment variables it set.
 
-    Sets ``KERAS_BACKEND=jax`` and, when no TPU or GPU is in sight and ``simulated_devices`` >
-    1, ``XLA_FLAGS`` so that JAX's CPU platform shows that many devices (the counterpart of
-    the simulated TPU of notebook 01_tpu_detection_and_connection), and ``PJRT_NPROC`` (unless already set) to
-    :func:`thread_pool_size`, so that a busy machine with fewer cores than devices does not
-    deadlock in a collective. All of them only work before the first import of Keras and
-    JAX, so a process that already imported them with other settings, or that imported
-    TensorFlow at all, raises :class:`RestartKernel` with what to do. Calling it again with
-    the same settings (a re-run cell) is fine. ``env``, ``modules`` and ``dev`` default to
-    this process's; tests pass their own.
+    Sets ``KERAS_BACKEND=jax`` and, with no TPU or GPU in sight, ``XLA_FLAGS`` for
+    ``simulated_devices`` CPU devices and ``PJRT_NPROC`` (unless set) to :func:`thread_pool_size`.
+    They work only before Keras and JAX are first imported: :class:`RestartKernel` when they were
+    imported with other settings, or TensorFlow was (on a TPU host both would claim the TPU).
     """
     env = os.environ if env is None else env
     modules = sys.modules if modules is None else modules
-    if isinstance(simulated_devices, bool) or not isinstance(simulated_devices, int):
-        raise ValueError(f"simulated_devices must be an int, got {simulated_devices!r}")
-    if simulated_devices < 1:
-        raise ValueError(f"simulated_devices must be at least 1, got {simulated_devices}")
+    positive_int("simulated_devices", simulated_devices)
     if "tensorflow" in modules:
         raise RestartKernel(
             "TensorFlow is already imported in this process. On a TPU host TensorFlow and JAX "
@@ -118,7 +87,9 @@ def configure(
         )
     wanted = {"KERAS_BACKEND": "jax"}
     if simulated_devices > 1 and not _accelerator_hints(env, dev):
-        wanted["XLA_FLAGS"] = _xla_flags(env.get("XLA_FLAGS", ""), simulated_devices)
+        flags = env.get("XLA_FLAGS", "").split()
+        kept = [flag for flag in flags if not flag.startswith(DEVICE_COUNT_FLAG + "=")]
+        wanted["XLA_FLAGS"] = " ".join([*kept, f"{DEVICE_COUNT_FLAG}={simulated_devices}"])
         if POOL_SIZE_VARIABLE not in env:
             wanted[POOL_SIZE_VARIABLE] = str(thread_pool_size(simulated_devices))
     for name in ("keras", "jax"):
@@ -132,10 +103,7 @@ def configure(
 
 
 def mesh_shape(devices: int, model: int = 4) -> tuple[int, int]:
-    """(batch, model) axes for ``devices``: ``model`` devices per copy when it divides, else 1.
-
-    Taught in notebook 12.
-    """
+    """(batch, model) axes for ``devices``: ``model`` devices per copy when it divides, else 1."""
     if devices < 1 or model < 1:
         raise ValueError(f"need positive sizes, got devices={devices}, model={model}")
     model = model if devices % model == 0 else 1
@@ -143,48 +111,32 @@ def mesh_shape(devices: int, model: int = 4) -> tuple[int, int]:
 
 
 def placement(array) -> str:
-    """How a JAX array is laid out: its partition spec, when it has one, and its device count.
-
-    One device gives a ``SingleDeviceSharding``, which has no spec.
-    Taught in notebook 12.
-    """
+    """How a JAX array is laid out: its partition spec (a single device has none), device count."""
     devices = len(array.sharding.device_set)
     spec = getattr(array.sharding, "spec", None)
     return f"{spec} on {devices} device(s)" if spec is not None else f"on {devices} device(s)"
 
 
-# The oldest jaxlib on which sharded training with Keras' donated step state was seen to be right
-# on simulated CPU devices: 0.10.2 (the main stack). On 0.7.2 (the kaggle and colab stacks) the
-# 2 x 4 mesh of notebook 12_keras3_on_jax ended with different weights in about half of the runs, and in none
-# of 20 without donation; the releases in between were not checked.
+# Sharded training with Keras' donated step state was right on jaxlib 0.10.2 (the main stack); on
+# 0.7.2 (kaggle, colab) the 2 x 4 mesh of 12_keras3_on_jax ended with different weights in about
+# half of the runs, and in none of 20 without donation. Releases in between were not checked.
 DONATION_RIGHT_FROM = (0, 10)
 
 
 def donation_is_safe(jaxlib_version: str | None = None) -> bool:
-    """Whether this jaxlib trains sharded models right when Keras donates the step's state.
-
-    On a CPU with simulated devices, jaxlib 0.7.2 sometimes returns wrong weights from a sharded
-    training step whose inputs are donated (Keras donates the model state to its compiled
-    step); :data:`DONATION_RIGHT_FROM` says what was checked. ``jaxlib_version`` defaults to
-    the installed one. Used by :func:`train_same_batches` (notebook 12_keras3_on_jax).
-    """
+    """Whether this jaxlib (default: the installed one) trains sharded models right when Keras
+    donates the step's state (:data:`DONATION_RIGHT_FROM`)."""
     if jaxlib_version is None:
         jaxlib_version = importlib.metadata.version("jaxlib")
-    parts = []
-    for part in jaxlib_version.split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts) >= DONATION_RIGHT_FROM
+    major_minor = re.findall(r"\d+", jaxlib_version)[:2]
+    return tuple(int(n) for n in major_minor) >= DONATION_RIGHT_FROM
 
 
 @contextlib.contextmanager
 def _keras_without_donation() -> Iterator[None]:
-    """Keras' JAX trainer compiles its steps without donating the state, inside the block.
-
-    Keras offers no switch for it: its trainer module compiles every step with its module-level
-    ``jit``, which is replaced here by one that drops ``donate_argnums``. A Keras without that
-    name is left alone.
-    """
+    """Keras' JAX trainer compiles its steps without donating the state, inside the block: Keras
+    has no switch, so its trainer module's ``jit`` is replaced by one that drops
+    ``donate_argnums`` (a Keras without that name is left alone)."""
     import jax
 
     try:
@@ -218,14 +170,8 @@ def train_same_batches(
     weights: list[np.ndarray] | None = None,
     learning_rate: float = 0.1,
 ):
-    """Train under ``distribution`` for ``steps`` batches, in order; return start, end, loss.
-
-    The model is built in ``distribution.scope()`` (its variables take their layouts there),
-    starts from ``weights`` when given, and trains with plain SGD, whose update is proportional
-    to the gradient, on the first ``steps * global_batch_size`` rows. Where
-    :func:`donation_is_safe` says no, the step keeps its inputs instead of donating them.
-    Taught in notebook 12.
-    """
+    """Train with plain SGD under ``distribution`` on the first ``steps`` batches, in order, from
+    ``weights`` when given; return the start and end weights, the loss and the weights' names."""
     import keras
 
     needed = steps * global_batch_size
@@ -261,13 +207,8 @@ def check_device_equivalence(
     steps: int = 3,
     rtol: float = 1e-3,
 ) -> loops.Equivalence:
-    """Train the same model under ``distribution`` and ``reference``; compare the final weights.
-
-    Both start from the weights ``make_model()`` draws under ``distribution`` and see the same
-    batches. The verdict is notebook 04_custom_training_loops's :class:`helpers.loops.Equivalence`: the runs agree
-    when the largest weight difference is below ``rtol`` times the largest update.
-    Taught in notebook 12.
-    """
+    """Train the same model under ``distribution`` and ``reference`` from the same weights on the
+    same batches; compare the final weights (:class:`helpers.loops.Equivalence`)."""
     devices = len(distribution.device_mesh.devices.flatten())
     reference_devices = len(reference.device_mesh.devices.flatten())
     if devices == reference_devices:

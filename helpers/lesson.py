@@ -1,25 +1,12 @@
 """What every lesson's setup cell runs after the helpers are installed: :func:`start`.
 
-The cell itself (written by ``tools/sync_notebooks.py``) only installs the helpers where they
-are missing and imports this module; everything else happens here, so the cell a reader sees is
-a few lines:
-
-1. the helpers found are this collection's, at the release the lessons are written for (a
-   branch install, the fallback when the release tag is not published, is said so);
-2. TensorFlow's log lines stay out of the cells (:mod:`helpers.quiet`), and without a TPU its
-   CPU memory goes back to the system when freed (the lessons' 2 GiB budget);
-3. the TensorFlow here can drive the hardware here, or the cell stops with the fix
-   (:func:`tpucheck.runtime.ensure_tensorflow`); for Keras on JAX, the JAX backend is set up
-   instead (:func:`helpers.jax_port.configure`);
-4. ``import train_tpu`` gives the collection's reference script, installed beside the helpers
-   (:func:`use_collections_script`), even when the working directory holds a learner's edited
-   copy (Colab's ``/content``): the lessons and the helpers are written against this release's;
-5. without a TPU, the CPU becomes the simulated TPU (:func:`helpers.simulation.start`), and
-   Fashion-MNIST loads from Debian's package where it is installed;
-6. one line says what was found: the helpers, TensorFlow and Keras, and the hardware or its
-   simulation.
-
-Notebook 01_tpu_detection_and_connection introduces it; every lesson runs it.
+The cell itself (``tools/sync_notebooks.py`` writes it) only installs the helpers where they are
+missing; :func:`start` then checks that they are this release's, quiets TensorFlow's logs
+(:mod:`helpers.quiet`), checks that TensorFlow can drive the hardware here
+(:func:`tpucheck.runtime.ensure_tensorflow`) or sets up Keras on JAX instead, makes
+``import train_tpu`` give the collection's script (:func:`use_collections_script`), makes the
+CPU a simulated TPU where there is no TPU (:mod:`helpers.simulation`), and prints one line
+about what it found.
 """
 
 from __future__ import annotations
@@ -75,13 +62,10 @@ class ShadowedScript(ImportError):
 
 
 def use_collections_script(workdir: str | Path | None = None) -> str | None:
-    """Make ``import train_tpu`` give the copy installed beside the helpers; return a note when
-    ``workdir`` (default: the working directory) holds another ``train_tpu.py``.
-
-    Python imports from the working directory first, so a learner's edited copy there would
-    otherwise replace the script for every lesson and helper. Theirs runs as a program
-    (``!python train_tpu.py``), which imports nothing of ours. Raises :class:`ShadowedScript`
-    when this process already imported another copy: only a restart can undo that.
+    """Make ``import train_tpu`` give the copy installed beside the helpers, not a learner's
+    edited copy in ``workdir`` (default: the working directory, which Python imports from
+    first); return a note when there is one. Raises :class:`ShadowedScript` when this process
+    already imported another copy: only a restart can undo that.
     """
     ours = Path(helpers.__file__).resolve().parent.parent / "train_tpu.py"
     if not ours.exists():  # pragma: no cover - an install without the script
@@ -152,17 +136,14 @@ def start(
     ``backend`` is ``"tensorflow"`` (the lessons), ``"jax"`` (Keras on JAX, notebook 12_keras3_on_jax: no
     TensorFlow in the process) or ``None`` (a lesson with neither). Returns nothing, so the
     cell shows only the line.
-    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12, 13.
     """
     version = _check_release(release)
     hints = runtime.tpu_hints()
     simulation.offline_fashion_mnist()  # Debian's copy, where there is no internet
     if backend == "tensorflow":
         if not hints:
-            # TensorFlow's oneDNN CPU allocator pools what it frees and never returns it, so a
-            # lesson's peak memory would be all it ever held; the system allocator returns it,
-            # at the same speed (10_tpu_readiness_check on the simulated TPU: 2.1 GiB -> 1.85). Set before
-            # TensorFlow starts; the processes a lesson starts inherit it.
+            # oneDNN's CPU allocator never returns what it frees; the system allocator does, as
+            # fast (10_tpu_readiness_check: 2.1 GiB -> 1.85). Before TensorFlow starts; inherited.
             os.environ.setdefault(ONEDNN_SYSTEM_ALLOCATOR, "1")
         quiet.quiet_tensorflow()  # before TensorFlow's first import
         runtime.ensure_tensorflow()  # stops here, with the fix, if TF can't drive the TPU

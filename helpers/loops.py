@@ -1,21 +1,9 @@
 """Custom training loops for ``tf.distribute`` strategies (notebook 04_custom_training_loops).
 
-The step function follows the rules a TPU needs:
-
-- the loss of each example is averaged over the **global** batch
-  (``tf.nn.compute_average_loss``), so summing the replicas' gradients gives the gradient of the
-  mean loss, whatever the replica count;
-- several steps run inside one ``tf.function`` call (a ``tf.range`` loop), so the host talks to
-  the device once per call, not once per step;
-- the per-replica loss is reduced to a plain tensor *inside* the loop, because AutoGraph cannot
-  carry a per-replica value out of it.
-
-:func:`check_replica_equivalence` proves a step function right: trained for a few steps on many
-replicas and on one, the same model must end with the same weights. Notebook 04_custom_training_loops ends with the same
-check as a few plain lines to paste (``weights_after``, ``compare``) and runs both.
-
 The step and the multi-step loop are the reference script's (``train_tpu.make_train_step``,
-``train_tpu.many_steps``, shown by notebook 04_custom_training_loops); :func:`make_train_steps` calls them.
+``train_tpu.many_steps``); :func:`make_train_steps` calls them. :func:`check_replica_equivalence`
+proves a step function right: trained for a few steps on many replicas and on one, the same
+model must end with the same weights.
 """
 
 from __future__ import annotations
@@ -35,7 +23,6 @@ __all__ = [
     "compare_runs",
     "Equivalence",
     "make_train_steps",
-    "reference_strategy",
     "ReplicaMismatchError",
 ]
 
@@ -46,7 +33,6 @@ def build_optimizer(strategy, optimizer, model):
     Keras 3 optimizers such as Adam create their slots on the first ``apply_gradients``. Inside
     ``strategy.run`` with 2 or more replicas that first call fails (``fn_with_cond``); building
     first avoids it. Returns the optimizer.
-    Taught in notebook 06.
     """
     with strategy.scope():
         optimizer.build(model.trainable_variables)
@@ -54,13 +40,8 @@ def build_optimizer(strategy, optimizer, model):
 
 
 def _many_steps(strategy, replica_step):
-    """Wrap ``replica_step(images, labels) -> loss`` into ``fn(iterator, steps) -> mean loss``.
-
-    The loop is the reference script's (``train_tpu.many_steps``, its part "step"): one
-    ``tf.function`` call runs ``steps`` steps in a ``tf.range`` loop, each step's per-replica
-    loss summed over the replicas at once. ``steps`` is passed as a tensor, so changing it does
-    not retrace.
-    """
+    """Wrap ``replica_step(images, labels) -> loss`` into ``fn(iterator, steps) -> mean loss``,
+    the reference script's ``train_tpu.many_steps`` (``steps`` steps in one call)."""
     import tensorflow as tf
 
     import train_tpu
@@ -71,21 +52,15 @@ def _many_steps(strategy, replica_step):
         # A tensor, not a Python int: one trace serves every number of steps.
         return run_steps(iterator, tf.convert_to_tensor(steps, tf.int32))
 
-    # Each call of this function builds and traces its own run_steps, on purpose (one per model).
-    # TensorFlow counts traces per source line across all of them and, after five, warns of
-    # "retracing" that is not happening; that false alarm is turned off for this function only.
+    # One run_steps per model, on purpose: not the "retracing" TensorFlow would warn of.
     tf_internals.omit_retracing_warning(run_steps)
     call.function = run_steps  # the tf.function itself, e.g. to count its traces
     return call
 
 
 def make_train_steps(strategy, model, optimizer, global_batch_size: int):
-    """``train_steps(iterator, steps) -> mean loss``: the reference script's step and loop.
-
-    ``train_tpu.make_train_step`` (each replica's loss averaged over the global batch) run by
-    ``train_tpu.many_steps`` (``steps`` steps per call); ``steps`` may be a Python int.
-    Taught in notebook 06.
-    """
+    """``train_steps(iterator, steps) -> mean loss``: ``train_tpu.make_train_step`` run by
+    ``train_tpu.many_steps``; ``steps`` may be a Python int."""
     import train_tpu
 
     return _many_steps(strategy, train_tpu.make_train_step(model, optimizer, global_batch_size))
@@ -97,12 +72,8 @@ class ReplicaMismatchError(AssertionError):
 
 @dataclass
 class Equivalence:
-    """What :func:`check_replica_equivalence` measured.
-
-    ``max_weight_diff`` is the largest difference between the two runs' final weights;
-    ``max_update`` the largest change of any weight during training (the scale of the test);
-    the runs agree when the difference is below ``rtol * max_update``.
-    """
+    """What :func:`check_replica_equivalence` measured: the runs agree when the largest
+    difference of their final weights is below ``rtol`` times the largest update of a weight."""
 
     replicas: int
     reference_replicas: int
@@ -149,17 +120,6 @@ class Equivalence:
             f"{self.max_update:.3g})\n"
             f"  mean loss {self.losses[0]:.6g} vs {self.losses[1]:.6g}"
         )
-
-
-def reference_strategy():
-    """One replica on the host CPU: the reference the multi-replica run is compared with.
-
-    It can live beside a simulated TPU or a TPU in the same process, because it only uses the
-    first CPU device.
-    """
-    import tensorflow as tf
-
-    return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
 def _default_optimizer():
@@ -221,24 +181,18 @@ def check_replica_equivalence(
     make_step: Callable | None = None,
     rtol: float = 1e-3,
 ) -> Equivalence:
-    """Train the same model on ``strategy`` and on one replica; compare the final weights.
+    """Train the same model on ``strategy`` and on one CPU replica; compare the final weights.
 
-    Both runs start from the same weights (the first model's initial weights are copied into
-    the second) and see the same ``steps`` global batches: the first ``steps *
-    global_batch_size`` rows of ``x``, ``y``, in order. ``make_model()`` and the optimizer
-    (SGD, learning rate 0.1) are built inside each strategy's scope; ``make_steps(strategy,
-    model, optimizer, global_batch_size)`` builds the training function under test (default
-    :func:`make_train_steps`). The reference is one replica, :func:`reference_strategy`.
+    Both runs start from the same weights and see the first ``steps * global_batch_size`` rows
+    of ``x``, ``y`` in order; ``make_model()`` and the optimizer (SGD, learning rate 0.1) are
+    built in each strategy's scope. ``make_steps(strategy, model, optimizer, global_batch_size)``
+    builds the training function under test (default :func:`make_train_steps`). Or
+    ``make_step(model, optimizer)`` returns a per-replica step as the official examples write
+    it, ``step(inputs)`` or ``step(images, labels)``, returning its loss or nothing (then the
+    losses are NaN); the readiness check (notebook 10_tpu_readiness_check) points here.
 
-    ``make_step(model, optimizer)``, instead of ``make_steps``, returns a per-replica step as
-    the official examples write it: ``step(inputs)``, which unpacks ``images, labels = inputs``
-    and is called as ``strategy.run(step, args=(batch,))``, or ``step(images, labels)``. It may
-    return its loss or nothing (the losses are then NaN); the steps run as
-    :func:`make_train_steps` runs its own. The readiness check (notebook 10_tpu_readiness_check) points here.
-
-    A correct step function makes the replica count invisible: the weights agree up to float
-    rounding. Returns an :class:`Equivalence`; call ``.check()`` on it to raise on a mismatch.
-    Taught in notebook 10.
+    A correct step makes the replica count invisible: the weights agree up to float rounding.
+    Returns an :class:`Equivalence`; ``.check()`` raises on a mismatch.
     """
     positive_int("steps", steps)
     if not rtol > 0:
@@ -256,9 +210,9 @@ def check_replica_equivalence(
             f"{steps} steps of {global_batch_size} examples need {needed} rows; got {len(x)}"
         )
     x, y = np.asarray(x[:needed]), np.asarray(y[:needed])
+    import tensorflow as tf
 
     if make_step is not None:
-        import tensorflow as tf
 
         def make_steps(strategy_, model, optimizer, batch):
             step = make_step(model, optimizer)
@@ -274,7 +228,8 @@ def check_replica_equivalence(
 
             return _many_steps(strategy_, replica_step)
 
-    reference = reference_strategy()
+    # One replica on the first CPU device: it lives beside a simulated TPU or a TPU.
+    reference = tf.distribute.OneDeviceStrategy("/cpu:0")
     args = (make_model, _default_optimizer, make_steps, x, y, global_batch_size, steps)
     start, multi, multi_loss, names = _train(strategy, *args, weights=None)
     _, single, single_loss, _ = _train(reference, *args, weights=start)
@@ -297,7 +252,6 @@ def compare_runs(
 
     ``replicas`` and ``losses`` are (run, reference) pairs; ``finals`` the two runs' final
     weights, in the order of ``names``. Also used by ``jax_port`` (notebook 12_keras3_on_jax).
-    Taught in notebook 12.
     """
     multi, single = finals
     per_variable = {

@@ -21,22 +21,15 @@ def build_classifier(
     dtype=None,
     input_dtype: str = "float32",
 ):
-    """A multilayer perceptron from images to class **logits** (no softmax).
+    """A multilayer perceptron from images to class **logits** (no softmax); build it inside
+    ``strategy.scope()``.
 
-    Notebook 05_bfloat16_mixed_precision teaches the per-layer ``dtype=`` policy and the float32 output layer on the
-    reference script's CNN (``train_tpu.build_cnn``); this model follows the same rules.
-    The output layer is forced to float32 so that under a ``mixed_bfloat16`` policy the logits
-    and the loss stay in float32 (notebook 05_bfloat16_mixed_precision). Build it inside ``strategy.scope()`` (notebook 02_building_in_strategy_scope).
-    ``seed`` makes the initial weights reproducible, which notebook 08_checkpoints_and_preemption relies on to compare
-    runs. ``l2`` > 0 adds an L2 penalty on both kernels (``model.losses``), which a custom
-    training loop must scale per replica (notebook 04_custom_training_loops). ``dtype`` is the dtype policy of the
-    hidden layers, e.g. ``"mixed_bfloat16"``; None follows Keras' global policy. Set per model,
-    it leaves the notebook's other models unchanged (notebook 05_bfloat16_mixed_precision).
-
-    ``input_dtype="uint8"`` takes raw 8-bit pixels and scales them to [0, 1] in the model's first
-    layer, so the host ships a quarter of the bytes of float32 images and the cast runs on the
-    accelerator (the TPU self-test's recipe, notebook 00_tpu_self_test).
-    Taught in notebook 06.
+    It follows the rules of the reference script's CNN (``train_tpu.build_cnn``): ``dtype`` is the
+    hidden layers' dtype policy, e.g. ``"mixed_bfloat16"`` (None: Keras' global policy), and the
+    logits stay float32. ``seed`` makes the initial weights reproducible; ``l2`` > 0 adds an L2
+    penalty on both kernels (``model.losses``), which a custom loop must scale per replica.
+    ``input_dtype="uint8"`` takes raw pixels and scales them in the first layer, so the host
+    ships a quarter of the bytes of float32 images.
     """
     import keras
 

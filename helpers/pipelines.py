@@ -1,33 +1,14 @@
 """Input pipelines that keep a TPU fed: TFRecords, pipeline stages, throughput (notebook 06_input_pipelines).
 
-A TPU step is fast; the host CPU that decodes and augments the next batch often is not. This
-module holds what notebook 06_input_pipelines measures:
-
-- :func:`to_photos`, :func:`write_tfrecords`, :func:`read_tfrecords`, :func:`check_roundtrip`:
-  a sharded TFRecord dataset of PNG-encoded images, written and read back exactly. Notebook 06_input_pipelines
-  writes the writing, parsing and reading out in plain TensorFlow; ``tests/test_lesson_code_input_pipelines.py``
-  checks that its cells write the same files and read the same records as these functions;
-- :func:`build_pipeline`: the same input pipeline at each optimisation stage of :data:`STAGES`,
-  from the typical tutorial version to a vectorised one, as one function for the self-test (00)
-  and the benchmark; notebook 06_input_pipelines teaches the stages as its own cells, and checks with
-  :func:`transformations` that they are built the same way;
-- :func:`read_tfrecords`, :func:`decode` and :func:`augment`: the reading and per-example work
-  every stage shares, incidental to the lesson;
-- ``compare_throughput`` (examples per second and CPU work per example) and
-  ``compare_timings``: measurements taken in one run, the candidates taking turns round by
-  round, so that a busy machine slows every candidate alike; they live in :mod:`tpucheck.timing`
-  with every other clock and are importable from here, as notebook 06_input_pipelines calls them;
-- :func:`fill_caches`: one full pass over each pipeline that caches, before it is timed;
-- :func:`input_wait_fraction`: how much of a step is spent waiting for input;
-- :func:`autoshard_preview` and :func:`shard_plan`: how files are split over the workers or
-  hosts that read them (the reference script's ``host_files`` gives each host its own).
-
-TensorFlow is imported inside the functions, never at module level.
+The notebook writes each stage of :data:`STAGES` out in plain TensorFlow; its tests check those
+cells against these functions. The clocks live in :mod:`tpucheck.timing`, importable from here.
+TensorFlow is imported inside the functions.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Sequence
 
@@ -35,8 +16,6 @@ import numpy as np
 
 from helpers import tf_internals
 from tpucheck.batches import positive_int
-
-# Measured here in notebook 06_input_pipelines, kept with every other clock in tpucheck.timing.
 from tpucheck.timing import Throughput, compare_throughput, compare_timings  # noqa: F401
 
 __all__ = [
@@ -69,24 +48,9 @@ STAGES = {
 IMAGE_KEY, LABEL_KEY, INDEX_KEY = "image_png", "label", "index"
 
 
-def _feature_spec():
-    import tensorflow as tf
-
-    return {
-        IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-        LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
-        INDEX_KEY: tf.io.FixedLenFeature([], tf.int64),
-    }
-
-
 def to_photos(images: np.ndarray, size: int) -> np.ndarray:
-    """Scale ``[N, H, W, C]`` float images in [0, 1] to ``uint8`` images of ``size`` x ``size``.
-
-    The lessons' images are tiny (Fashion-MNIST's are 28x28); decoding them costs almost nothing,
-    unlike the photos a real pipeline decodes. Enlarging them gives each example a realistic amount of
-    decoding and augmentation work.
-    Taught in notebook 11.
-    """
+    """Scale ``[N, H, W, C]`` float images in [0, 1] to ``uint8`` images of ``size`` x ``size``:
+    enlarged, Fashion-MNIST's examples cost a real photo's decoding and augmentation work."""
     import tensorflow as tf
 
     images = np.asarray(images)
@@ -113,13 +77,6 @@ def _example_bytes(png: bytes, label: int, index: int) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def _check_image(image: np.ndarray) -> None:
-    if image.dtype != np.uint8 or image.ndim != 3:
-        raise ValueError(
-            f"expected a uint8 image shaped [H, W, C], got {image.dtype} {image.shape}"
-        )
-
-
 def write_tfrecords(
     images: np.ndarray,
     labels: np.ndarray,
@@ -128,26 +85,27 @@ def write_tfrecords(
     *,
     prefix: str = "train",
 ) -> list[str]:
-    """Write ``images`` and ``labels`` into ``num_shards`` TFRecord files; return their paths.
-
-    Files are named ``{prefix}-00000-of-00004.tfrecord`` and so on, the usual convention, so a
-    glob such as ``train-*.tfrecord`` finds them all. ``directory`` may be local or a ``gs://``
-    path (``tf.io.gfile`` handles both).
-    Taught in notebook 11.
-    """
+    """Write ``images`` and ``labels`` into ``num_shards`` files named
+    ``{prefix}-00000-of-00004.tfrecord`` and so on, in ``directory`` (local or ``gs://``); return
+    their paths."""
     import tensorflow as tf
 
     images, labels = np.asarray(images), np.asarray(labels)
     if len(images) != len(labels):
         raise ValueError(f"{len(images)} images but {len(labels)} labels")
-    if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)):
-        raise ValueError(f"num_shards must be an integer, got {num_shards!r}")
-    if not 1 <= num_shards <= len(images):
+    if (
+        isinstance(num_shards, bool)
+        or not isinstance(num_shards, numbers.Integral)
+        or not 1 <= num_shards <= len(images)
+    ):
         raise ValueError(
-            f"num_shards must be between 1 and the number of examples ({len(images)}), "
-            f"got {num_shards}: an empty shard would give one host nothing to read"
+            f"num_shards must be an integer between 1 and the number of examples ({len(images)}), "
+            f"got {num_shards!r}: an empty shard would give one host nothing to read"
         )
-    _check_image(images[0])
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(
+            f"expected uint8 images shaped [N, H, W, C], got {images.dtype} {images.shape}"
+        )
     # PNG-encode in a tf.data map: in parallel and without one eager call per image.
     pngs = (
         tf.data.Dataset.from_tensor_slices(images)
@@ -170,7 +128,9 @@ def parse(serialized):
     """Parse one serialized example, or a batch of them, into a dict of tensors."""
     import tensorflow as tf
 
-    return tf.io.parse_example(serialized, _feature_spec())
+    spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string)}
+    spec |= {key: tf.io.FixedLenFeature([], tf.int64) for key in (LABEL_KEY, INDEX_KEY)}
+    return tf.io.parse_example(serialized, spec)
 
 
 def decode(serialized):
@@ -208,12 +168,9 @@ def augment(images, out_size: int):
 def read_tfrecords(
     files: Sequence[str], *, parallel: bool = True, deterministic: bool | None = None
 ):
-    """A dataset of serialized examples from ``files``.
-
-    ``parallel=True`` reads several files at once with ``interleave``, which is what hides the
-    latency of remote storage (GCS); ``False`` reads them one after another. ``deterministic``
-    None follows the dataset's ``tf.data.Options`` (deterministic unless they say otherwise).
-    """
+    """A dataset of serialized examples from ``files``, read one after another or, ``parallel``,
+    several at once with ``interleave`` (what hides the latency of GCS). ``deterministic`` None
+    follows the dataset's ``tf.data.Options``."""
     import tensorflow as tf
 
     files = list(files)
@@ -230,12 +187,9 @@ def read_tfrecords(
 
 
 def check_roundtrip(files: Sequence[str], images: np.ndarray, labels: np.ndarray) -> int:
-    """Read every example back and compare it with the original; return how many matched.
-
-    Raises ``AssertionError`` naming the first example that differs, is missing, or appears
-    twice. Order does not matter: examples are matched by their stored index.
-    Taught in notebook 06.
-    """
+    """Read every example back and compare it with the original (matched by its stored index);
+    return how many matched. ``AssertionError`` names the first that differs, is missing, or
+    appears twice."""
     import tensorflow as tf
 
     images, labels = np.asarray(images), np.asarray(labels)
@@ -268,13 +222,9 @@ def build_pipeline(
     shuffle_buffer: int = 1024,
     seed: int = 0,
 ):
-    """The training pipeline at one optimisation ``stage`` (a key of :data:`STAGES`).
-
-    Every stage yields the same kind of batch, ``(float32 [batch_size, out_size, out_size, 1],
-    int32 [batch_size])``, shuffled and repeated forever; each keeps the stages before it.
-    ``"naive"`` is the pipeline most tutorials show: files read in turn, one ``map`` per
-    example doing all the work, no parallelism, no prefetch.
-    Taught in notebooks 06, 11.
+    """The training pipeline at one optimisation ``stage`` (a key of :data:`STAGES`): batches
+    ``(float32 [batch_size, out_size, out_size, 1], int32 [batch_size])``, shuffled, repeated
+    forever. ``"naive"`` is what most tutorials show: one ``map`` per example does all the work.
     """
     import tensorflow as tf
 
@@ -284,12 +234,11 @@ def build_pipeline(
     level = list(STAGES).index(stage)
     parallel = tf.data.AUTOTUNE if level >= 1 else None
 
-    def decode_and_augment(serialized):
-        image, label = decode(serialized)
-        return augment(image, out_size), label
-
     def augment_only(image, label):
         return augment(image, out_size), label
+
+    def decode_and_augment(serialized):
+        return augment_only(*decode(serialized))
 
     ds = read_tfrecords(files, parallel=level >= 1)
     if level < 2:  # all the work per example, after the shuffle, every epoch
@@ -315,15 +264,9 @@ def build_pipeline(
 
 
 def transformations(dataset) -> list[str]:
-    """The transformations a ``tf.data`` pipeline is built of, source first (notebook 06_input_pipelines).
-
-    For checking that two pipelines are built alike: e.g. ``["TFRecordDataset",
-    "ShuffleDataset", "RepeatDataset", "MapDataset", "BatchDataset"]``; a parallel ``map`` shows
-    as ``ParallelMapDataset``, ``with_options`` as ``OptionsDataset``. It follows tf.data's
-    private ``_input_dataset`` links, the only way to walk the chain; an interleave's file list
-    is one step.
-    Taught in notebook 06.
-    """
+    """The transformations a ``tf.data`` pipeline is built of, source first, e.g.
+    ``["TFRecordDataset", "ShuffleDataset", "ParallelMapDataset", "BatchDataset"]``: follows the
+    private ``_input_dataset`` links, the only way to walk the chain."""
     names = []
     while dataset is not None:
         names.append(type(dataset).__name__.lstrip("_"))
@@ -333,14 +276,8 @@ def transformations(dataset) -> list[str]:
 
 def fill_caches(datasets, batches: int) -> list[str]:
     """Draw ``batches`` batches from each pipeline of ``datasets`` (name -> dataset) that has a
-    ``cache()``; return the names of those pipelines (notebook 06_input_pipelines).
-
-    Make ``batches`` one full pass and one batch more: the cache is then complete, kept by the
-    dataset and shared by every later iterator, so a measurement afterwards sees the steady
-    state. Pipelines without a cache are left alone: a pass over them prepares nothing that a
-    later iterator could use, it would only cost a full pass of their work.
-    Taught in notebook 06.
-    """
+    ``cache()``; return their names. One full pass and one batch more complete the cache, which
+    every later iterator shares: a measurement then sees the steady state."""
     positive_int("batches", batches)
     filled = []
     for name, ds in datasets.items():
@@ -355,15 +292,9 @@ def fill_caches(datasets, batches: int) -> list[str]:
 
 
 def input_wait_fraction(step_seconds: float, cached_step_seconds: float) -> float:
-    """The share of a training step spent waiting for input (notebook 06_input_pipelines).
-
-    ``step_seconds`` is the step time fed by the real pipeline, ``cached_step_seconds`` the same
-    step fed one batch held in memory, which costs no input work. The difference is time the
-    accelerator waited. Near 0: compute-bound, the pipeline is fast enough. Near 1: input-bound,
-    the accelerator mostly idles. Measurement noise can make the cached step the slower one; that
-    reads as 0.
-    Taught in notebook 06.
-    """
+    """The share of a step (fed by the real pipeline) spent waiting for input: the same step fed
+    one batch held in memory takes ``cached_step_seconds``. Near 0: compute-bound; near 1:
+    input-bound; noise that makes the cached step the slower one reads as 0."""
     for label, value in (
         ("step_seconds", step_seconds),
         ("cached_step_seconds", cached_step_seconds),
@@ -373,23 +304,14 @@ def input_wait_fraction(step_seconds: float, cached_step_seconds: float) -> floa
     return max(0.0, 1.0 - cached_step_seconds / step_seconds)
 
 
-AUTOSHARD_POLICIES = ("AUTO", "FILE", "DATA", "OFF")
-
-
 def autoshard_preview(dataset, policy: str, num_workers: int) -> list[list]:
-    """What each of ``num_workers`` workers would read of ``dataset`` under an auto-shard policy.
-
-    Multi-worker strategies shard a dataset given to ``experimental_distribute_dataset`` by
-    rewriting it per worker; this calls TensorFlow's own rewrite (the internal
-    ``input_ops.auto_shard_dataset`` that the strategies call), so the preview shows the real
-    behaviour on one machine. Being internal, it may move in a future TensorFlow. Returns one
-    list of elements (as numpy values) per worker.
-    Taught in notebook 06.
-    """
+    """What each of ``num_workers`` workers would read of ``dataset`` under an auto-shard policy
+    (TensorFlow's own rewrite, :func:`helpers.tf_internals.auto_shard`): a list per worker."""
     import tensorflow as tf
 
-    if policy not in AUTOSHARD_POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; choose one of {AUTOSHARD_POLICIES}")
+    policies = ("AUTO", "FILE", "DATA", "OFF")
+    if policy not in policies:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {policies}")
     positive_int("num_workers", num_workers)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = getattr(
@@ -409,19 +331,13 @@ def shard_plan(
     files_per_host: int = 10,
     min_file_bytes: float = 10e6,
 ) -> int:
-    """How many TFRecord files to write, following TensorFlow's TFRecord guidance.
-
-    TensorFlow's TFRecord tutorial (tensorflow.org/tutorials/load_data/tfrecord) advises about
-    ten times as many files as hosts reading them, each at least 10 MB and ideally 100 MB or
-    more. This gives ``files_per_host`` files per host unless they would be smaller than
-    ``min_file_bytes``; then fewer, larger files, never fewer than one per host. The count is a
-    multiple of ``hosts``, so every host reads the same share.
-    Taught in notebook 06.
-    """
+    """How many TFRecord files to write: ``files_per_host`` per host unless they would be smaller
+    than ``min_file_bytes``, then fewer, at least one per host. tensorflow.org/tutorials/load_data/
+    tfrecord advises ten times as many files as hosts reading them, each at least 10 MB."""
     if total_bytes <= 0:
         raise ValueError(f"total_bytes must be positive, got {total_bytes}")
-    for label, value in (("hosts", hosts), ("files_per_host", files_per_host)):
-        positive_int(label, value)
+    positive_int("hosts", hosts)
+    positive_int("files_per_host", files_per_host)
     if min_file_bytes <= 0:
         raise ValueError(f"min_file_bytes must be positive, got {min_file_bytes}")
     per_host = min(files_per_host, math.floor(total_bytes / hosts / min_file_bytes))

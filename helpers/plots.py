@@ -1,7 +1,5 @@
-"""Every plot the lessons draw, kept out of the notebooks' way (notebooks 01_tpu_detection_and_connection, 03_keras_compile_and_fit to 07_model_parallelism, 09_scaling_out_to_pods to 11_profiling_a_training_step).
+"""Every plot the lessons draw, kept out of the notebooks' way; each returns its figure.
 
-Sample images with their class names (01), training curves and bar charts (03 to 06, 10), the shares of a profiled step (11), TPU device assignments (07, also importable as
-``topology.plot_assignments``) and a multi-worker run (09, ``plot_worker_run``).
 matplotlib is imported when a plot is drawn, not when ``helpers`` is imported.
 """
 
@@ -23,12 +21,8 @@ __all__ = [
 
 
 def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: str = ""):
-    """Training curves from a Keras ``History`` (or its ``.history`` dict), one panel per metric.
-
-    Validation curves (``val_<metric>``) are drawn beside the training ones when present.
-    Returns the matplotlib figure.
-    Taught in notebooks 03, 04.
-    """
+    """Training curves from a Keras ``History`` (or its ``.history`` dict), one panel per metric,
+    with the validation curve (``val_<metric>``) when logged."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
@@ -55,11 +49,7 @@ def plot_history(history, metrics: Sequence[str] = ("loss", "accuracy"), title: 
 
 def plot_samples(x, y, class_names: Sequence[str], count: int = 10):
     """The first image of each of the first ``count`` classes found in ``x``, titled with its
-    class name: greyscale images ``[N, H, W]`` or ``[N, H, W, 1]``, integer labels ``y``.
-
-    Returns the matplotlib figure.
-    Taught in notebook 01.
-    """
+    class name: greyscale images ``[N, H, W]`` or ``[N, H, W, 1]``, integer labels ``y``."""
     import matplotlib.pyplot as plt
 
     labels = np.asarray(y).reshape(-1)
@@ -93,13 +83,11 @@ def plot_bars(
     *,
     reference: tuple[float, str] | None = None,
 ):
-    """A bar chart of named measurements, each bar labelled with its value (notebooks 03_keras_compile_and_fit to 06_input_pipelines).
+    """A bar chart of named measurements, each bar labelled with its value.
 
     With ``baseline`` set, each label also shows the ratio to that bar, e.g. ``"3.2x"``.
-    ``reference`` draws a dashed line at a value, e.g. what a device consumes, named in the
-    legend. Labels use the number format of the printed tables (:func:`number`), and a label the
+    ``reference`` (value, name) draws a dashed line, e.g. what a device consumes; a label the
     line would cross moves inside its bar, or above the line when the bar is too short.
-    Taught in notebooks 03, 04, 05, 06, 10.
     """
     import matplotlib.pyplot as plt
 
@@ -148,11 +136,10 @@ def _keep_labels_off_the_line(fig, ax, labels, heights, line: float) -> None:
 
 
 def plot_step_shares(shares: Mapping[str, Mapping[str, float]], title: str = ""):
-    """One horizontal bar per run, split into the shares of its step time (notebook 11_profiling_a_training_step).
+    """One horizontal bar per run, split into the shares of its step time.
 
     ``shares`` maps a run's name to ``{part: share}``, e.g. ``{"input": 0.4, "compute": 0.5,
     "other": 0.1}``; parts are stacked in the order of the first run and labelled when wide.
-    Taught in notebook 11.
     """
     import matplotlib.pyplot as plt
 
@@ -184,11 +171,9 @@ def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, gri
     """Draw device assignments: one panel per entry, chips as boxes, cores labelled ``r·l``.
 
     Each core shows the replica (colour and ``r``) and the logical device (``l``) it serves;
-    on slices with several hosts, dashed outlines group the chips of one host. Slices with
-    several z planes draw the planes side by side. Returns the matplotlib figure.
-    Used in notebook 07_model_parallelism, which calls it as ``topology.plot_assignments``: that one passes
-    ``grid=topology.assignment_grid`` (the replica and logical device of every core), so this
-    module imports nothing from the modules that use it.
+    dashed outlines group the chips of one host, and z planes are drawn side by side.
+    ``grid(assignment)`` gives the replica and logical device of every core:
+    ``topology.plot_assignments`` (notebook 07_model_parallelism) passes its ``assignment_grid``.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
@@ -200,11 +185,13 @@ def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, gri
     rows = math.ceil(len(items) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.9 * rows), squeeze=False)
     cmap = plt.get_cmap("tab20")
+    centred = {"ha": "center", "va": "center"}
     for ax, (title, assignment) in zip(axes.flat, items, strict=False):
         replica, logical = grid(assignment)
         topology = assignment.topology
         nx, ny, nz, ncore = (int(m) for m in topology.mesh_shape)
         several_hosts = topology.num_tasks > 1
+        height, width = (0.62 if several_hosts else 0.8), 0.84 / ncore
         for z in range(nz):
             x0 = z * (nx + 0.6)
             for x in range(nx):
@@ -212,36 +199,23 @@ def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, gri
                     ax.add_patch(
                         Rectangle((x0 + x + 0.04, y + 0.04), 0.92, 0.92, fill=False, lw=1.2)
                     )
-                    height = 0.62 if several_hosts else 0.8
-                    width = 0.84 / ncore
                     for core in range(ncore):
                         r, d = replica[x, y, z, core], logical[x, y, z, core]
                         left = x0 + x + 0.08 + core * width
-                        color = _replica_color(cmap, r)
+                        # tab20's dark shades for replicas 0-9, then its light ones
+                        color = cmap((2 * r) % 20 + (r // 10) % 2) if r >= 0 else "white"
                         ax.add_patch(
                             Rectangle((left, y + 0.1), width, height, fc=color, ec="white", lw=1.5)
                         )
                         label = f"r{r}\nl{d}" if r >= 0 else "idle"
                         ax.text(
-                            left + width / 2,
-                            y + 0.1 + height / 2,
-                            label,
-                            ha="center",
-                            va="center",
-                            fontsize=8,
+                            left + width / 2, y + 0.1 + height / 2, label, **centred, fontsize=8
                         )
                     if several_hosts:
-                        host = topology.task_ordinal_at_coordinates((x, y, z, 0))
-                        ax.text(
-                            x0 + x + 0.5,
-                            y + 0.83,
-                            f"host {host}",
-                            ha="center",
-                            va="center",
-                            fontsize=6.5,
-                            color="0.3",
-                        )
-            _outline_hosts(ax, topology, x0, z)
+                        host = f"host {topology.task_ordinal_at_coordinates((x, y, z, 0))}"
+                        ax.text(x0 + x + 0.5, y + 0.83, host, **centred, fontsize=6.5, color="0.3")
+            if several_hosts:
+                _outline_hosts(ax, topology, x0, z)
         ax.set_xlim(-0.2, nz * (nx + 0.6) - 0.4)
         ax.set_ylim(ny + 0.15, -0.15)  # y grows downwards, like a grid diagram
         ax.set_aspect("equal")
@@ -258,21 +232,11 @@ def plot_assignments(assignments: Mapping[str, object], columns: int = 2, *, gri
     return fig
 
 
-def _replica_color(cmap, replica: int):
-    """Distinct colours first: tab20's dark shades for replicas 0-9, its light ones for 10-19."""
-    if replica < 0:
-        return "white"
-    return cmap((2 * replica) % 20 + (replica // 10) % 2)
-
-
 def _outline_hosts(ax, topology, x0: float, z: int) -> None:
-    """Dashed box around the chips of each host in plane ``z`` (only when there are several)."""
+    """Dashed box around the chips of each host in plane ``z``."""
     from matplotlib.patches import Rectangle
 
-    coords = np.asarray(topology.device_coordinates)
-    if coords.shape[0] < 2:
-        return
-    for devices in coords:
+    for devices in np.asarray(topology.device_coordinates):
         plane = devices[devices[:, 2] == z]
         if not len(plane):
             continue
@@ -291,16 +255,9 @@ def _outline_hosts(ax, topology, x0: float, z: int) -> None:
 
 
 def plot_worker_run(run, examples: int = 96, columns: int = 96):
-    """A ``multiworker.LoopbackRun`` drawn in two panels: which worker read which of the
-    examples numbered 0 to ``examples - 1``, and each worker's loss curve.
-
-    Left: one row per worker, a mark where that worker read an example, and a last row marking
-    examples read by more than one worker (empty when the shards are disjoint); with more
-    examples than ``columns``, each column is a group of neighbouring examples. Right: the loss
-    every worker saw, step by step; identical training draws the curves on top of each other.
-    Returns the matplotlib figure (notebook 09_scaling_out_to_pods).
-    Taught in notebook 09.
-    """
+    """A ``multiworker.LoopbackRun``. Left: one row per worker marking the examples 0 to
+    ``examples - 1`` it read (at most ``columns`` columns of neighbours), and a row marking those
+    read twice. Right: each worker's loss, step by step."""
     import matplotlib.pyplot as plt
 
     workers = sorted(run.workers, key=lambda w: w.task_id)

@@ -1,14 +1,10 @@
 """bfloat16 and mixed precision: the format, the Keras policy, what it saves (notebook 05_bfloat16_mixed_precision).
 
-- :func:`format_table`, :func:`to_bfloat16`, :func:`rounding_table`, :func:`running_sum`: what
-  bfloat16 can and cannot represent, from its bit layout;
-- :func:`dtype_table`, :func:`check_float32_output`: which dtype each layer
-  stores its weights in and computes in;
-- :func:`weight_bytes`, :func:`activation_bytes`: memory measured from the model's tensors;
-- ``epoch_timer``: seconds per training epoch, for a speed comparison (it lives in
-  ``tpucheck.timing``, with every other clock; imported here, where notebook 05_bfloat16_mixed_precision uses it).
-
-TensorFlow and Keras are imported inside the functions, never at module level.
+What bfloat16 can represent, from its bit layout (:func:`format_table`, :func:`to_bfloat16`,
+:func:`rounding_table`, :func:`running_sum`); which dtype each layer stores and computes in
+(:func:`dtype_table`, :func:`check_float32_output`); the memory it saves (:func:`weight_bytes`,
+:func:`activation_bytes`). ``epoch_timer`` lives with every other clock in ``tpucheck.timing``.
+TensorFlow and Keras are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# (notebook 05_bfloat16_mixed_precision calls precision.epoch_timer)
 from tpucheck.timing import epoch_timer  # noqa: F401
 
 __all__ = [
@@ -65,8 +60,7 @@ class FloatFormat:
 
     @property
     def smallest_subnormal(self) -> float:
-        """The smallest value above zero: a subnormal with one digit left. Below half of it,
-        values round to zero (float16: 2**-24, about 6e-8)."""
+        """The smallest value above zero; below half of it, values round to zero."""
         return self.smallest_normal * 2.0**-self.mantissa_bits
 
     @property
@@ -74,17 +68,9 @@ class FloatFormat:
         """The gap between 1.0 and the next representable number."""
         return 2.0**-self.mantissa_bits
 
-    @property
-    def decimal_digits(self) -> float:
-        """Roughly how many significant decimal digits the mantissa holds."""
-        return (self.mantissa_bits + 1) * math.log10(2)
-
 
 def format_table() -> list[FloatFormat]:
-    """float32, bfloat16 and float16 side by side (notebook 05_bfloat16_mixed_precision).
-
-    Taught in notebook 05.
-    """
+    """float32, bfloat16 and float16 side by side (notebook 05_bfloat16_mixed_precision)."""
     return [FloatFormat(name, *bits) for name, bits in BITS.items()]
 
 
@@ -94,7 +80,6 @@ def to_bfloat16(values) -> np.ndarray:
     bfloat16 is the top 16 bits of a float32: same sign and exponent, 7 of the 23 mantissa
     bits. Rounding adds half of the dropped part (ties to even) and truncates, exactly what
     ``tf.cast(x, tf.bfloat16)`` does. NaN stays NaN.
-    Taught in notebook 05.
     """
     x = np.asarray(values, dtype=np.float32)
     bits = x.view(np.uint32).astype(np.uint64)  # 64-bit, so the rounding carry cannot overflow
@@ -110,7 +95,6 @@ def rounding_table(values: Sequence[float]) -> list[dict]:
     float16 runs out of range where bfloat16 does not: large values overflow to ``inf`` and
     small ones (tiny gradients) flush to zero; that is why float16 training needs loss scaling
     and bfloat16 training does not.
-    Taught in notebook 05.
     """
     rows = []
     for value in values:
@@ -131,7 +115,6 @@ def running_sum(step: float, count: int, dtype: str) -> float:
     In bfloat16 the total stops growing once ``step`` is smaller than half the gap between
     neighbouring numbers at the total's size: the reason Keras keeps metric totals and the
     weights the optimizer updates in float32 under ``mixed_bfloat16``.
-    Taught in notebook 05.
     """
     import tensorflow as tf
 
@@ -164,11 +147,8 @@ class _LayerDtypes:
 
 
 def _layer_dtypes(model) -> list[_LayerDtypes]:
-    """The dtypes of every layer of a built Keras model (notebook 05_bfloat16_mixed_precision).
-
-    ``output_dtype`` is what the layer actually produces in the model's graph (None when the
-    layer has not been called on a symbolic input, e.g. in an unbuilt Sequential model).
-    """
+    """The dtypes of every layer of a Keras model; ``output_dtype`` is None for a layer never
+    called on a symbolic input (an unbuilt Sequential model's)."""
     rows = []
     for layer in model.layers:
         try:
@@ -194,10 +174,7 @@ def _dtype_name(dtype) -> str:
 
 
 def dtype_table(model) -> str:
-    """:func:`_layer_dtypes` as an aligned text table, one layer per line.
-
-    Taught in notebook 05.
-    """
+    """:func:`_layer_dtypes` as an aligned text table, one layer per line."""
     header = ("layer", "kind", "policy", "variables", "compute", "output")
     rows = [header] + [
         (r.name, r.kind, r.policy, r.variable_dtype, r.compute_dtype, r.output_dtype or "-")
@@ -214,7 +191,6 @@ def check_float32_output(model) -> None:
     Under ``mixed_bfloat16`` the last layer must still compute in float32: softmax and
     cross-entropy in bfloat16 lose the small differences between probabilities that the loss
     depends on. The fix is ``dtype="float32"`` on the output layer.
-    Taught in notebook 05.
     """
     outputs = model.outputs if isinstance(model.outputs, (list, tuple)) else [model.outputs]
     for output in outputs:
@@ -227,10 +203,7 @@ def check_float32_output(model) -> None:
 
 
 def weight_bytes(model) -> int:
-    """Bytes held by all of the model's variables (weights and non-trainable state).
-
-    Taught in notebook 05.
-    """
+    """Bytes held by all of the model's variables (weights and non-trainable state)."""
     import tensorflow as tf
 
     return int(sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in model.weights))
@@ -241,9 +214,9 @@ def activation_bytes(model, batch) -> dict[str, int]:
 
     These are the activations a training step keeps in memory for the backward pass; under
     ``mixed_bfloat16`` they are half the size. The input layer is left out (it is the batch).
-    Taught in notebook 05.
     """
     import keras
+    import tensorflow as tf
 
     layers = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
     if not layers:
@@ -252,12 +225,6 @@ def activation_bytes(model, batch) -> dict[str, int]:
     probe = keras.Model(inputs, [layer.output for layer in layers])
     outputs = probe(batch, training=False)
     return {
-        layer.name: int(keras.ops.size(out)) * _itemsize(out.dtype)
+        layer.name: int(keras.ops.size(out)) * tf.as_dtype(out.dtype).size
         for layer, out in zip(layers, outputs, strict=True)
     }
-
-
-def _itemsize(dtype) -> int:
-    import tensorflow as tf
-
-    return tf.as_dtype(dtype).size

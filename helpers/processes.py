@@ -1,22 +1,12 @@
 """Child processes: the one place that decides their environment and TensorFlow's log level.
 
-Lessons start other Python processes: training programs that get killed (notebook 08_checkpoints_and_preemption), the
-workers of a local cluster (notebook 09_scaling_out_to_pods), the self-test's restart, the benchmark's measurements
-and the tests' fresh interpreters. Each needs the same things, so they come from here:
-
-- :data:`TF_LOG_LEVEL`, the only place a TensorFlow log level is chosen (``2``: C++ errors only).
-  It is set with ``setdefault``: a user's own ``TF_CPP_MIN_LOG_LEVEL=0`` always wins.
-- :data:`CPU_ONLY`, for a child that must keep off the TPU or GPU its parent owns (a TPU serves
-  one process; a GPU's memory is mapped by whoever opens it first).
-- :data:`HARMLESS_LOG` and :func:`is_harmless_log`, the lines TensorFlow writes before its logging is
-  set up, which no log level reaches: notices, not problems (see :func:`is_harmless_log`).
-- :func:`child_env` builds a child's environment from all of the above;
-  :func:`default_sigint` gives a child program back the Ctrl-C that a shell may have taken away.
-- :func:`start`, :func:`wait`, :func:`stop` and :func:`log_tail` supervise the children that run on their own
-  (notebook 08_checkpoints_and_preemption's killed training runs, notebook 09_scaling_out_to_pods's workers): output into a log file, never a
-  pipe; every child killed and reaped whatever happens to the parent.
-
-Nothing here imports TensorFlow. Notebooks 08_checkpoints_and_preemption and 09_scaling_out_to_pods start such programs.
+Lessons, the self-test, the benchmark and the tests start Python processes (the killed training
+runs of notebook 08_checkpoints_and_preemption, the workers of notebook 09_scaling_out_to_pods):
+:func:`child_env` gives each the same quiet environment (:data:`TF_LOG_LEVEL`, set only where
+the user chose none; :data:`CPU_ONLY` keeps it off its parent's TPU or GPU), and :func:`start`,
+:func:`wait`, :func:`stop` supervise those that run on their own: output into a log file, never
+a pipe, and every child killed and reaped whatever happens to the parent. Nothing here imports
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -30,12 +20,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tpucheck import host as versions
-from tpucheck.host import TPU_ENV_HINTS
 
 __all__ = [
     "LOG_LEVEL_VARIABLE",
     "TF_LOG_LEVEL",
-    "TPU_ENV_HINTS",
     "child_env",
     "default_sigint",
     "is_harmless_log",
@@ -91,20 +79,14 @@ def is_harmless_log(line: str, *, early_absl: bool | None = None) -> bool:
     return early_absl and bool(_EARLY_ABSL.match(line))
 
 
-def child_env(
-    extra: Mapping[str, str | None] | None = None,
-    *,
-    cpu_only: bool = True,
-    base: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The environment of a child Python process: ``base`` (this process's) made quiet.
+def child_env(extra: Mapping[str, str | None] | None = None, *, cpu_only: bool = True):
+    """This process's environment made quiet for a child Python process.
 
     TensorFlow's log level is set unless the user chose one, Python writes unbuffered (a parent
-    follows the child's output as it comes), glibc keeps two malloc arenas, and with ``cpu_only`` the child keeps off this
-    process's TPU or GPU. ``extra`` comes last; a value of None removes that variable.
-    Taught in notebook 08.
+    follows the output as it comes), glibc keeps two malloc arenas, and with ``cpu_only`` the
+    child keeps off this process's TPU or GPU. ``extra`` comes last; None removes a variable.
     """
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     env.setdefault(LOG_LEVEL_VARIABLE, TF_LOG_LEVEL)
     env["PYTHONUNBUFFERED"] = "1"
     # glibc gives each busy thread a malloc arena of its own; TensorFlow's thread pools made each
@@ -131,43 +113,27 @@ def default_sigint() -> None:
 
 
 def start(
-    argv: Sequence[str],
-    log_path: str | Path,
-    *,
-    env: Mapping[str, str],
-    cwd: str | Path | None = None,
-    new_session: bool = False,
+    argv: Sequence[str], log_path: str | Path, *, env: Mapping[str, str], new_session: bool = False
 ) -> subprocess.Popen:
-    """Start ``argv`` with its output (stdout and stderr) going to ``log_path``; return it.
-
-    A file, not a pipe: a pipe nobody reads fills up and blocks the child. stdin is closed.
-    ``new_session`` gives the child its own process group, so a Ctrl-C in a terminal reaches
-    only the parent, which then stops its children itself (:func:`stop`).
-    The returned process carries ``log_path``.
+    """Start ``argv`` with stdout and stderr going to the file ``log_path`` (a pipe nobody reads
+    fills up and blocks the child) and stdin closed. ``new_session``: its own process group, so a
+    Ctrl-C in a terminal reaches only the parent, which then stops its children (:func:`stop`).
     """
-    log_path = Path(log_path)
     with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             list(argv),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=dict(env),
-            cwd=cwd,
             start_new_session=new_session,
         )
-    proc.log_path = log_path
-    return proc
 
 
-def wait(
-    procs: Sequence[subprocess.Popen], timeout: float, *, until=None, poll: float = 0.05
-) -> dict[int, float]:
-    """Wait until every process has exited, one has failed (non-zero status) or ``until()`` holds.
-
-    Returns when each exited process ended (``time.monotonic()``), by its index in ``procs``.
-    Raises :class:`TimeoutError` after ``timeout`` seconds. The processes are left as they are:
-    call :func:`stop` in ``finally``.
+def wait(procs: Sequence[subprocess.Popen], timeout: float) -> dict[int, float]:
+    """Wait until every process has exited or one has failed (non-zero status); return when each
+    exited one ended (``time.monotonic()``) by its index in ``procs``. Raises
+    :class:`TimeoutError` after ``timeout`` seconds, leaving them running: call :func:`stop`.
     """
     deadline = time.monotonic() + timeout
     ends: dict[int, float] = {}
@@ -175,25 +141,18 @@ def wait(
         for index, proc in enumerate(procs):
             if index not in ends and proc.poll() is not None:
                 ends[index] = time.monotonic()
-        failed = any(procs[index].returncode for index in ends)
-        if len(ends) == len(procs) or failed or (until is not None and until()):
+        if len(ends) == len(procs) or any(procs[index].returncode for index in ends):
             return ends
         if time.monotonic() > deadline:
             raise TimeoutError(f"still running after {timeout:.0f} s")
-        time.sleep(poll)
+        time.sleep(0.1)
 
 
 def stop(procs: Sequence[subprocess.Popen]) -> None:
-    """Kill every process still running, then wait for all of them (no zombies).
-
-    A no-op for processes that have exited and been waited for; call it in ``finally``.
-    """
+    """Kill every process still running, then wait for all of them (no zombies); a no-op for
+    those already waited for, so it belongs in ``finally``."""
     for proc in procs:
-        if proc.poll() is None:
-            try:
-                proc.kill()
-            except ProcessLookupError:
-                pass
+        proc.kill()  # ignored for a process that has exited
     for proc in procs:
         try:
             proc.wait(timeout=30)

@@ -1,14 +1,9 @@
 """Keep TensorFlow's own logging out of the notebooks; every notebook's setup cell calls it.
 
-Jupyter shows everything a kernel writes to its stderr, C++ included, as red text in the cell
-that runs. Without this, a headless run of the collection put about 600 lines of TensorFlow
-logging into the cells (device lists, "Local rendezvous ... cancelled", cost-model dumps,
-"Collective all_reduce tensors" per step). Log levels only work when set before TensorFlow is
-first imported, so :func:`quiet_tensorflow` must run before anything imports it.
-
-Kept: C++ errors, Python warnings (``warnings.warn``, e.g. deprecations a user must act on) and
-TensorFlow's Python warnings. Set ``TF_CPP_MIN_LOG_LEVEL=0`` before starting Jupyter to see
-everything again; this module never lowers a level that is already set.
+Jupyter shows a kernel's stderr, C++ included, in the cell: without this, a headless run put
+about 600 lines of TensorFlow logging into the cells. Log levels only work when set before
+TensorFlow is first imported. Kept: C++ errors and Python warnings. A level already set (e.g.
+``TF_CPP_MIN_LOG_LEVEL=0`` to see everything) is never changed.
 """
 
 from __future__ import annotations
@@ -29,11 +24,10 @@ __all__ = ["quiet_tensorflow"]
 def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
     """Lower TensorFlow's C++ and Python logging to warnings; return the startup lines dropped.
 
-    With ``import_now`` TensorFlow is imported here, with the C-level stderr captured, and the
-    start-up notices no log level reaches (:func:`helpers.processes.is_harmless_log`: the GPU probe, the
-    oneDNN notice) are dropped; any other line it wrote is passed on. The
-    default imports now unless TPU hardware is in sight (there the TPU runtime's own start-up
-    lines are worth seeing). Does nothing more if TensorFlow is already imported or missing.
+    With ``import_now`` (default: unless TPU hardware is in sight, whose start-up lines are worth
+    seeing) TensorFlow is imported here with the C-level stderr captured, and the notices no
+    log level reaches (:func:`helpers.processes.is_harmless_log`) are dropped; other lines are
+    passed on. Does nothing more if TensorFlow is already imported or missing.
     """
     if import_now is None:
         import_now = not runtime.tpu_hints()
@@ -72,13 +66,10 @@ def quiet_tensorflow(import_now: bool | None = None) -> list[str]:
 def _tensorflow_warnings_once() -> None:
     """Show each TensorFlow warning once, on stderr, and none after the kernel has gone.
 
-    TensorFlow's logger has its own handler, which writes to stdout in Jupyter; as soon as any
-    library calls ``logging.warning()`` the root logger gets a stderr handler too, and every
-    TensorFlow warning then appeared twice in the cell. Warnings belong on stderr (red in
-    Jupyter, where the notebooks' stderr check sees them), so the one copy goes there.
-    Objects freed while the interpreter shuts down (a checkpoint with unrestored values) log
-    once more when the kernel's output is already closed; those lines could never reach a cell,
-    and printed "--- Logging error ---" tracebacks on the terminal instead.
+    TensorFlow's own handler writes to stdout in Jupyter, and once any library calls
+    ``logging.warning()`` the root logger's stderr handler shows each warning a second time.
+    Objects freed at shutdown (a checkpoint with unrestored values) would log to closed output:
+    "--- Logging error ---" tracebacks on the terminal.
     """
     logger = logging.getLogger("tensorflow")
     own = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)]

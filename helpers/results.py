@@ -1,10 +1,8 @@
 """Numbers a notebook measured, collected for the headless run's summary (all notebooks).
 
 ``record(accuracy=0.97)`` prints the values and, when the runner (``tools/run_notebooks.py``)
-sets ``FIELD_GUIDE_RESULTS`` to a file path, merges them into that JSON file so the summary table
-can show them beside the notebook's status and time. :func:`count` keeps the run's own
-bookkeeping there without printing (e.g. how many readiness checks passed, which the tests of the
-executed notebooks read).
+names a JSON file in ``FIELD_GUIDE_RESULTS``, merges them into it for the summary table;
+:func:`count` and :func:`append` keep the run's own bookkeeping there, silently.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ def record(**values: float | int | str | bool) -> None:
     """Print named results, one per line, and keep them for the headless run's summary.
 
     Returns nothing, so a cell ending with ``record(...)`` shows only those lines.
-    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 10, 11, 12, 13.
     """
     values = {name: _plain(value) for name, value in values.items()}
     for name, value in values.items():
@@ -34,19 +31,16 @@ def record(**values: float | int | str | bool) -> None:
 
 
 def count(name: str) -> int | None:
-    """Add one to the silent counter ``_<name>`` of the run's results; return its new value.
-
-    Nothing is printed and, outside a headless run, nothing is kept (None is returned).
-    """
+    """Add one to the silent counter ``_<name>`` of the run's results; return its new value
+    (outside a headless run, nothing is kept and None is returned)."""
     key = f"_{name}"
     saved = _merge(lambda saved: saved.update({key: saved.get(key, 0) + 1}))
     return None if saved is None else saved[key]
 
 
 def append(name: str, value) -> None:
-    """Append ``value`` to the silent list ``_<name>`` of the run's results (nothing printed;
-    outside a headless run, nothing kept). :mod:`helpers.blocks` records the blocks that ran.
-    """
+    """Append ``value`` to the silent list ``_<name>`` of the run's results (outside a headless
+    run, nothing is kept)."""
     key = f"_{name}"
     _merge(lambda saved: saved.update({key: [*saved.get(key, []), value]}))
 

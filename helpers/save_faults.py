@@ -10,10 +10,10 @@ and 2.21); a preemption can land in any of them:
 ``sweep``    checkpoints beyond ``max_to_keep`` are deleted, ``.index`` first, then the data
 ``restate``  the state file is written once more, without the deleted checkpoints
 
-:func:`interrupt_save` calls your ``action`` at the start of one phase (for ``merge``: after the
-files are in place, before ``ckpt-N_temp/`` is deleted; for ``sweep``: right after the first
-``.index`` is deleted). In a separate process the action is a SIGKILL (:func:`kill_at_save`); in a notebook it raises, which leaves the same files behind. It wraps
-private TensorFlow functions: a demonstration and test tool, never for production saves.
+:func:`interrupt_save` calls your ``action`` at the start of one phase (``merge``: before
+``ckpt-N_temp/`` is deleted; ``sweep``: right after the first ``.index`` is deleted): a SIGKILL
+in a separate process (:func:`kill_at_save`), or in a notebook an exception, which leaves the
+same files behind. It wraps private TensorFlow functions: never for production saves.
 """
 
 from __future__ import annotations
@@ -32,10 +32,7 @@ PHASES = ("shards", "merge", "commit", "rename", "sweep", "restate")
 
 
 class SaveInterrupted(RuntimeError):
-    """Raised by :func:`crash` in place of a kill, when the process must survive (notebooks).
-
-    Taught in notebook 08.
-    """
+    """Raised by :func:`crash` in place of a kill, when the process must survive (notebooks)."""
 
 
 def crash(phase: str) -> None:
@@ -50,12 +47,8 @@ def sigkill(phase: str = "") -> None:
 
 @contextlib.contextmanager
 def interrupt_save(phase: str, action: Callable[[str], None] = crash):
-    """Within the block, call ``action(phase)`` when a checkpoint save reaches ``phase``.
-
-    Only the first time in the block: later saves run normally. See the module docstring for
-    the phases.
-    Taught in notebook 08.
-    """
+    """Within the block, call ``action(phase)`` the first time a checkpoint save reaches
+    ``phase`` (see the module docstring); later saves run normally."""
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     fired, state_writes = [], []
@@ -69,9 +62,10 @@ def interrupt_save(phase: str, action: Callable[[str], None] = crash):
         fire("shards")
         result = originals["merge"](checkpoint_prefixes, destination_prefix, False, **kwargs)
         fire("merge")
-        if delete_old_dirs:  # what the merge op would have done last
+        if delete_old_dirs:  # what the merge op would have done last: remove ckpt-N_temp/
             for prefix in checkpoint_prefixes:
-                _remove_tree(os.path.dirname(_text(prefix)))
+                if (folder := os.path.dirname(_text(prefix))).endswith("_temp"):
+                    shutil.rmtree(folder, ignore_errors=True)
         return result
 
     def update_state(save_dir, *args, **kwargs):
@@ -104,12 +98,6 @@ def interrupt_save(phase: str, action: Callable[[str], None] = crash):
 def _text(value) -> str:
     value = value.numpy() if hasattr(value, "numpy") else value
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _remove_tree(path: str) -> None:
-
-    if path.endswith("_temp"):
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def kill_at_save(step: int, phase: str = "before") -> None:

@@ -1,22 +1,12 @@
 """The simulated TPU: what the helpers add to a CPU so that TPU code runs as it would on a TPU.
 
-The reference script's ``connect()`` splits the CPU into logical devices and returns a
-``MirroredStrategy`` over them: the multi-replica code paths (per-replica batches, the loss over
-the global batch, reductions) run for real. :func:`start` (every lesson's setup cell runs it
-through ``helpers.lesson.start``) removes two differences from a TPU, and one from Colab and
-Kaggle, in this process:
-
-- :func:`reduce_like_tpu`: an eager cross-replica reduce follows ``TPUStrategy``'s, not
-  ``MirroredStrategy``'s, so that what TPUStrategy would do to a value is seen by running it;
-- :func:`untuned_distributed_input`: dropping a distributed iterator takes a fraction of a second,
-  not minutes;
-- :func:`offline_fashion_mnist`: Keras finds Fashion-MNIST without a download where Debian's
-  ``dataset-fashion-mnist`` is installed (machines without internet, CI).
-
-``python -m helpers.simulation SCRIPT [ARGS]`` runs a program (``train_tpu.py`` or a file of
-``examples/``) the same way in a fresh process; ``--kill-at STEP [--phase PHASE]`` SIGKILLs it at
-a checkpoint save (:mod:`helpers.save_faults`), as a preemption would. None of this changes what
-the script does on a TPU: it only makes the CPU behave more like one.
+The reference script's ``connect()`` makes the CPU's logical devices a ``MirroredStrategy``, so
+the multi-replica code paths run for real. :func:`start` (run by ``helpers.lesson.start``) makes
+an eager reduce follow ``TPUStrategy``'s (:func:`reduce_like_tpu`), drops distributed iterators
+in a fraction of a second, not minutes (:func:`untuned_distributed_input`), and finds Debian's
+Fashion-MNIST without a download (:func:`offline_fashion_mnist`). ``python -m helpers.simulation
+SCRIPT [ARGS]`` runs a program so in a fresh process; ``--kill-at STEP [--phase PHASE]``
+SIGKILLs it at a checkpoint save (:mod:`helpers.save_faults`), as a preemption would.
 """
 
 from __future__ import annotations
@@ -68,14 +58,10 @@ def offline_fashion_mnist(source: Path = DEBIAN_FASHION_MNIST, home: Path | None
 def reduce_like_tpu(tf) -> None:
     """Make an eager ``strategy.reduce`` on a ``MirroredStrategy`` follow ``TPUExtended._reduce_to``.
 
-    ``TPUExtended._reduce_to`` (TensorFlow 2.19 to 2.21), outside a TPU computation, hands a
-    value that is not one ``DistributedValues`` (a tuple of them, such as the ``(x, y)`` batch
-    Keras 3's ``fit`` averages to build the model) to ``reduce_non_distributed_value``, which
-    returns it unchanged for MEAN; one ``DistributedValues`` is summed with ``add_n`` and, for
-    MEAN, multiplied by ``1 / replicas``, which raises TypeError for an integer tensor.
-    ``MirroredExtended._reduce_to`` instead maps over a tuple and casts integers, so the
-    simulation would hide both. Inside a ``tf.function`` nothing changes (there a TPU reduces
-    in its compiled program, and the simulation keeps its own all-reduce).
+    That one (TensorFlow 2.19 to 2.21) returns a value that is not one ``DistributedValues``
+    (such as the ``(x, y)`` tuple Keras 3's ``fit`` averages) unchanged for MEAN, and sums one
+    with ``add_n`` times ``1 / replicas``, a TypeError for integers; Mirrored's maps over tuples
+    and casts integers, which would hide both. Inside a ``tf.function`` nothing changes.
     """
     from helpers.tf_internals import mirrored_reduce_parts
 

@@ -1,15 +1,11 @@
 """``connect()`` calls the reference script's ``train_tpu.connect``; ``describe()`` says what it chose.
 
-The connection has one home, the reference script's part "connect" (``train_tpu.connect``,
-shown by notebook 01_tpu_detection_and_connection): a TPU when its signs are there (never a silent CPU fallback on a TPU
-host), several GPUs, or on a CPU a *simulated TPU* of ``SIMULATED_REPLICAS`` logical CPU
-devices. This module adds what a helper needs around it: the replica count is checked, asking
-for another count once TensorFlow has started is a clear error, distributed iterators run
-untuned on a CPU and an eager reduce behaves as on a TPU (:mod:`helpers.simulation`), and
-:func:`describe` prints what was chosen.
-
-``train_tpu`` is imported inside the functions: importing it sets ``KERAS_BACKEND=tensorflow``,
-and lesson 12_keras3_on_jax runs Keras on JAX in a process that imports ``helpers``.
+The connection has one home, ``train_tpu.connect`` (notebook 01_tpu_detection_and_connection): a
+TPU, several GPUs, or on a CPU a *simulated TPU* of ``SIMULATED_REPLICAS`` logical devices. Around
+it, the replica count is checked, another count once TensorFlow has started is a clear error,
+and the CPU behaves more like a TPU (:mod:`helpers.simulation`). ``train_tpu`` is imported inside
+the functions: importing it sets ``KERAS_BACKEND=tensorflow``, and lesson 12_keras3_on_jax runs
+Keras on JAX in a process that imports ``helpers``.
 """
 
 from __future__ import annotations
@@ -30,12 +26,9 @@ __all__ = [
 ]
 
 SIMULATED_TPU = "simulated TPU"
-# Replicas of the simulated TPU unless a lesson asks for others: as many as the cores of the
-# single-host TPUs the lessons are written for (a v5e-8, a v3-8). The one place this number is
-# written: lessons' parameters cells, the self-test, the benchmark and the stacks read it.
+# Replicas of the simulated TPU: the cores of the single-host TPUs the lessons are written for
+# (a v5e-8, a v3-8). The one place this number is written; everything else reads it.
 SIMULATED_REPLICAS = 8
-
-
 _CONNECTED: list = []  # the strategy connect() returned last, for describe()
 
 
@@ -129,10 +122,7 @@ class StrategyInfo:
 
 
 def describe(strategy=None) -> StrategyInfo:
-    """Describe ``strategy`` (default: the one connected in this process).
-
-    Taught in notebook 00.
-    """
+    """Describe ``strategy`` (default: the one connected in this process)."""
     import keras
     import tensorflow as tf
 

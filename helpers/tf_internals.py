@@ -1,11 +1,8 @@
 """The one home of TensorFlow's internals: every private module the helpers use, with the reason.
 
-Each function names the private module it calls and why the public API cannot do it here: the
-lessons show on a CPU what public calls do only on a ``TPUStrategy`` (which needs TPU hardware),
-and a few helpers need what TensorFlow does not publish (the checkpoint state file, the XLA
-sharding proto, the auto-shard rewrite). Private import paths can
-move between TensorFlow releases; the unit tests run every function on each stack's TensorFlow,
-so a move shows there first, and a test fails on a private import anywhere else in helpers/.
+The lessons show on a CPU what public calls do only on a ``TPUStrategy`` (TPU hardware), and a
+few helpers need what TensorFlow does not publish. Private paths can move between releases: the
+tests run every function on each stack's TensorFlow, and fail on a private import elsewhere.
 """
 
 from __future__ import annotations
@@ -25,12 +22,8 @@ __all__ = [
 
 
 def validate_tpu_run_function(fn) -> None:
-    """Run ``TPUStrategy.run``'s first check on ``fn`` without a TPU (notebook 04_custom_training_loops).
-
-    Raises ``NotImplementedError`` for a plain Python function ("pure eager"); a ``tf.function``
-    passes. Internal because the check is reachable only through ``TPUStrategy.run``.
-    Taught in notebook 04.
-    """
+    """Run ``TPUStrategy.run``'s first check on ``fn`` without a TPU (notebook 04_custom_training_loops):
+    ``NotImplementedError`` for a plain Python function ("pure eager"), a ``tf.function`` passes."""
     from tensorflow.python.distribute.tpu_strategy import validate_run_function
 
     validate_run_function(fn)
@@ -47,25 +40,18 @@ def split_to_logical_devices(tensor, partition: list[int]):
     """Annotate ``tensor`` as ``TPUStrategy.experimental_split_to_logical_devices`` does (07).
 
     Dimension ``j`` is cut into ``partition[j]`` tiles, one per logical device, in order.
-    Taught in notebook 07.
     """
     devices = np.arange(int(np.prod(partition))).reshape(partition)
     return _sharding().tile(tensor, devices, use_sharding_op=True)
 
 
 def replicate_to_logical_devices(tensor):
-    """Annotate ``tensor`` as ``experimental_replicate_to_logical_devices`` does (07).
-
-    Taught in notebook 07.
-    """
+    """Annotate ``tensor`` as ``experimental_replicate_to_logical_devices`` does (07)."""
     return _sharding().replicate(tensor, use_sharding_op=True)
 
 
 def assign_to_logical_device(tensor, device: int):
-    """Annotate ``tensor`` as ``experimental_assign_to_logical_device`` does (07).
-
-    Taught in notebook 07.
-    """
+    """Annotate ``tensor`` as ``experimental_assign_to_logical_device`` does (07)."""
     return _sharding().assign_device(tensor, device, use_sharding_op=True)
 
 
@@ -92,9 +78,8 @@ def save_steps() -> dict[str, tuple[object, str]]:
 
 
 def mirrored_reduce_parts():
-    """``(MirroredExtended, DistributedValues, reduce_non_distributed_value)``: the simulated TPU
-    (``helpers.simulation``) replaces ``MirroredExtended._reduce_to`` with ``TPUExtended``'s
-    eager rule, which needs the other two; no public API exposes any of them."""
+    """``(MirroredExtended, DistributedValues, reduce_non_distributed_value)``, for the simulated
+    TPU's reduce (:func:`helpers.simulation.reduce_like_tpu`)."""
     from tensorflow.python.distribute import cross_device_ops, mirrored_strategy, values
 
     return (
@@ -105,11 +90,8 @@ def mirrored_reduce_parts():
 
 
 def auto_shard(dataset, num_workers: int, index: int):
-    """Worker ``index``'s part of ``dataset`` as a multi-worker strategy rewrites it (06).
-
-    The strategies call this internal rewrite inside ``experimental_distribute_dataset``; calling
-    it directly shows, on one machine, what each worker would read.
-    """
+    """Worker ``index``'s part of ``dataset`` as a multi-worker strategy rewrites it inside
+    ``experimental_distribute_dataset`` (06): what each worker would read, on one machine."""
     from tensorflow.python.distribute import input_ops
 
     return input_ops.auto_shard_dataset(dataset, num_workers, index, num_workers)

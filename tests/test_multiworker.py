@@ -292,7 +292,7 @@ def test_plot_run_marks_examples_read_twice():
 
     twice = M.WorkerOutcome(0, 2, [], 0, 2, [0, 1], [1.0], [])
     again = M.WorkerOutcome(1, 2, [], 1, 2, [1, 2], [1.0], [])
-    fig = plots.plot_worker_run(M.LoopbackRun([twice, again], [], [], 0.0, False), examples=4)
+    fig = plots.plot_worker_run(M.LoopbackRun([twice, again], [], 0.0, False), examples=4)
     assert fig.axes[0].images[0].get_array()[2].tolist() == [0, 1, 0, 0]
     plt.close(fig)
 
@@ -308,7 +308,6 @@ def test_plot_run_shows_each_worker():
 
     run = M.LoopbackRun(
         [outcome(0, [0, 2, 4, 6], [2.0, 1.5]), outcome(1, [1, 3, 5, 7], [2.0, 1.5])],
-        [],
         [],
         0.0,
         False,
@@ -338,7 +337,6 @@ def test_outcome_reads_the_report_and_the_final_weights(tmp_path):
         "num_input_pipelines": 2,
         "example_ids": [0, 2],
         "losses": [2.0, 1.5],
-        "startup_seconds": 1.0,
         "test_accuracy": 0.5,
         "global_batch": 4,
     }

@@ -1,11 +1,8 @@
 """One worker of notebook 09_scaling_out_to_pods's local cluster: run only in a child process.
 
-``python -m helpers._programs.worker --out PREFIX --script ARGS...`` joins the cluster that its
-``TF_CONFIG`` names and runs the reference script's ``main(ARGS)`` under
-``MultiWorkerMirroredStrategy`` (:func:`train_worker`, which notebook 09_scaling_out_to_pods prints), then
-writes ``PREFIX.json`` (what it read) and ``PREFIX.npz`` (its final weights).
-``--hold-network`` instead keeps a private network namespace alive for the workers to join. It
-dies with the process that started it. The parent side is :mod:`helpers.multiworker`.
+``python -m helpers._programs.worker --out PREFIX --script ARGS...`` runs :func:`train_worker`;
+``--hold-network`` instead keeps a private network namespace alive for the workers to join
+(the parent side: :mod:`helpers.multiworker`).
 """
 
 from __future__ import annotations
@@ -35,15 +32,11 @@ __all__ = ["example_numbers", "train_worker"]
 def train_worker(out: str, script_args: Sequence[str]) -> None:
     """The program every worker runs (``python -m helpers._programs.worker``); notebook 09_scaling_out_to_pods prints it.
 
-    Each worker is one host of a cluster that ``TF_CONFIG`` names: it runs the reference script's
-    ``main(script_args)`` unchanged, with ``MultiWorkerMirroredStrategy`` as its strategy. The
-    script asks the strategy for one pipeline per host, so each worker reads its own files; the
-    strategy all-reduces the gradients, so every worker applies the same update. Afterwards the
-    worker rebuilds its pipeline with the same arguments (it is seeded: the same batches) and
-    writes ``PREFIX.json`` (its context, files, the numbers of the examples it trained on, the
-    run's numbers) and ``PREFIX.npz`` (its final weights).
+    Each worker is one host of the cluster ``TF_CONFIG`` names: it runs the reference script's
+    ``main(script_args)`` unchanged under ``MultiWorkerMirroredStrategy``, so it reads its own
+    files and applies the all-reduced update. Then it rebuilds its (seeded) pipeline to number
+    the examples it trained on, and writes ``PREFIX.json`` and ``PREFIX.npz`` (final weights).
     """
-    started = time.monotonic()
     import tensorflow as tf
 
     import train_tpu
@@ -51,7 +44,6 @@ def train_worker(out: str, script_args: Sequence[str]) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(1)  # N workers share this machine
     tf.config.threading.set_inter_op_parallelism_threads(1)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG, waits for all
-    startup = time.monotonic() - started
     run = train_tpu.main(list(script_args), strategy=strategy)
 
     args, data, contexts = train_tpu.parse_args(list(script_args)), train_tpu.FashionMNIST(), []
@@ -60,6 +52,7 @@ def train_worker(out: str, script_args: Sequence[str]) -> None:
     )
     ctx = contexts[0]  # this worker's InputContext, as main() got it
     args.data_dir = args.data_dir or f"{data.NAME}_tfrecords"  # main()'s default
+    files = sorted(tf.io.gfile.glob(f"{args.data_dir}/train-*-of-*.tfrecord"))
     batch = ctx.get_per_replica_batch_size(run.global_batch)
     kw = dict(seed=args.seed, take=run.examples, uint8=args.uint8)
     batches = train_tpu.train_dataset(args.data_dir, ctx, batch, data, run.steps, args.epochs, **kw)
@@ -71,53 +64,38 @@ def train_worker(out: str, script_args: Sequence[str]) -> None:
         "devices": list(strategy.extended.worker_devices),
         "input_pipeline_id": int(ctx.input_pipeline_id),
         "num_input_pipelines": int(ctx.num_input_pipelines),
-        "files": [os.path.basename(f) for f in _train_files(args.data_dir, ctx)],
+        "files": [
+            os.path.basename(f) for f in files[ctx.input_pipeline_id :: ctx.num_input_pipelines]
+        ],
         "example_ids": example_numbers(batches, args.data_dir, ctx, args.uint8),
         "losses": [epoch["loss"] for epoch in run.history],
-        "startup_seconds": round(startup, 2),
         "test_accuracy": float(run.test_accuracy),
         "global_batch": int(run.global_batch),
         "steps": int(run.steps),
         "epochs": int(args.epochs),
         "examples": int(run.examples),
-        "learning_rate": float(run.lr),
-        "seed": int(args.seed),
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report))
 
 
-def _train_files(data_dir: str, ctx) -> list[str]:
-    """This host's training files, as the script's read_records picks them."""
-    import tensorflow as tf
-
-    files = sorted(tf.io.gfile.glob(f"{data_dir}/train-*-of-*.tfrecord"))
-    return files[ctx.input_pipeline_id :: ctx.num_input_pipelines]
-
-
 def example_numbers(batches, data_dir: str, ctx, uint8: bool = False) -> list[int]:
-    """The numbers of the training examples in ``batches``, in order, found by their pixels.
-
-    An example's number is its place among the training examples as the script wrote them: it
-    deals them to its SHARDS files in turn, so the p-th record of file s is example
-    ``p * SHARDS + s``. Only this host's files are searched, a batch at a time, parsed as the
-    script's ``parse`` gives them to the model (``uint8``: its --uint8).
+    """The numbers of the training examples in ``batches``, in order, found by their pixels in
+    this host's records (read and parsed by the script; ``uint8``: its --uint8). The script deals
+    the examples to its SHARDS files in turn and reads this host's files (every ``hosts``-th) in
+    turn, so its i-th record is example ``i // files * SHARDS + host + i % files * hosts``.
     """
-    import tensorflow as tf
-
     import train_tpu
 
-    data = train_tpu.FashionMNIST()
+    data, hosts, host = train_tpu.FashionMNIST(), ctx.num_input_pipelines, ctx.input_pipeline_id
+    files = train_tpu.SHARDS // hosts
     read = [x.tobytes() for xs, *_ in batches for x in xs.numpy()]
     wanted = dict.fromkeys(read)  # numbers are looked up for these only: a small dictionary
-    for name in _train_files(data_dir, ctx):
-        shard, position = int(os.path.basename(name).split("-")[1]), 0
-        records = tf.data.TFRecordDataset(name).batch(1024)
-        for xs, _ in records.map(lambda r: train_tpu.parse(r, data, uint8)):
-            for x in xs.numpy():
-                if (key := x.tobytes()) in wanted:
-                    wanted[key] = position * train_tpu.SHARDS + shard
-                position += 1
+    records = train_tpu.read_records(data_dir, "train", ctx).batch(1024)
+    parsed = records.map(lambda r: train_tpu.parse(r, data, uint8))
+    for i, x in enumerate(x for xs, _ in parsed for x in xs.numpy()):
+        if (key := x.tobytes()) in wanted:
+            wanted[key] = i // files * train_tpu.SHARDS + host + i % files * hosts
     return [wanted[x] for x in read]
 
 
