@@ -64,7 +64,7 @@ def test_convert_writes_bare_mentions_by_name_once():
     files = {
         "README.md": f"See {mention}, {listed}; `{mention}` in code stays.",
         _("book@page.md"): f"See {mention}.",
-        _("~@x.py"): f'"""Taught in {WORD} 01. As in {listed}."""',
+        _("~@x.py"): f'"""As in {listed}."""',
         _("notebooks@00_first.ipynb"): _notebook(f"See {mention}.", f"# {mention}"),
     }
     converted = lessons.convert(files, NUMBERS)
@@ -73,9 +73,7 @@ def test_convert_writes_bare_mentions_by_name_once():
         f"and [02](notebooks@02_third.ipynb); `{mention}` in code stays."
     )
     assert converted[_("book@page.md")] == f"See [{mention}](01_second.ipynb)."
-    assert converted[_("~@x.py")] == (
-        f'"""Taught in {WORD} 01. As in {WORD}s 00_first and 02_third."""'  # provenance's
-    )
+    assert converted[_("~@x.py")] == f'"""As in {WORD}s 00_first and 02_third."""'
     cells = json.loads(converted[_("notebooks@00_first.ipynb")])["cells"]
     assert ["".join(c["source"]) for c in cells] == [
         f"See [{mention}](01_second.ipynb).",

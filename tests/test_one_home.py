@@ -281,10 +281,12 @@ SCRIPT = notebook_files.settings()["script"]
 FAST = ["-m", "not slow and not browser"]
 
 
-def _pytest(copy: Path, *args: str) -> subprocess.CompletedProcess:
-    """pytest in the copy, on its own helpers and script (not this checkout's)."""
+def _pytest(copy: Path, *args: str, workers: int = 2) -> subprocess.CompletedProcess:
+    """pytest in the copy, on its own helpers and script (not this checkout's). One test needs
+    no workers: starting two took 6 s of CPU more than the test itself."""
     env = {**os.environ, "PYTHONPATH": str(copy)}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *args]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers)]
+    command += args
     return subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True)
 
 
@@ -374,5 +376,5 @@ def test_moving_the_script_into_a_folder_says_what_else_to_do(tmp_path):
     (out,) = failed.values()
     assert f"README.md: the link {SCRIPT}: no such file" in out
     # Packaging installs the script from the root: a fast test says what to add.
-    done = _pytest(copy, "tests/test_repository.py", "-k", "script_setting")
+    done = _pytest(copy, "tests/test_repository.py", "-k", "script_setting", workers=0)
     assert "py-modules takes modules at the root: add a package-dir" in done.stdout

@@ -2,26 +2,18 @@
 
     python tools/check_references.py     # part of make lint
 
-It reads what people read: Markdown pages, notebook cells, docstrings, comments and strings of the
-Python files, the Makefile, CI scripts and workflows. In them it finds
-- repository paths (``helpers/strategy.py``, ``tools/book/``, ``requirements-colab.txt``), which
-  must exist in the working tree; and
-- modules and names of ``helpers`` and ``tpucheck`` (``helpers.loops.compare_runs``,
-  ``helpers.connect``), whose module must exist and whose name, when one follows, must be defined
-  there (read with ``ast``, so nothing is imported).
-- relative links in Markdown (README.md, CONTRIBUTING.md, the book's pages, every ``.md`` file and
-  the Markdown cells of the notebooks): ``[text](target)``, ``[label]: target`` and
-  ``src``/``href`` attributes, which must lead to a file, and, when they name a section
-  (``#anchor``) of a Markdown file or notebook, to one of its headings. A book page's target may
-  also be a lesson: the book puts the lessons beside its pages;
-- references to lessons (``tools/lessons.py``), which must bear the lesson's name: a Markdown
-  link to its file, whose text may say its number (``[notebook NN](NN_name.ipynb)``, the number
-  its target has), or elsewhere its stem (``notebook NN_name``), of a lesson that exists. A
-  mention by number alone ("notebook" or "lesson", then numbers) fails, since nothing could
-  renumber it; ``python tools/lessons.py --convert`` writes it by name.
-Paths under ``build/`` and other outputs of a run, and paths with placeholders (``NN_name``,
-``X.Y``, ``*``, ``{...}``) are not checked. Statements of what a test does are generated from the
-test instead (``tools/book/pages.py``), so they cannot go stale.
+In what people read (Markdown, notebook cells, the Python files, the Makefile, CI's scripts and
+workflows) it checks that
+- repository paths (``helpers/strategy.py``, ``tools/book/``) exist in the working tree;
+- modules and names of ``helpers`` and ``tpucheck`` (``helpers.loops.compare_runs``) exist, read
+  with ``ast``, so nothing is imported;
+- relative links in Markdown (``[text](target)``, ``[label]: target``, ``src``/``href``) lead to a
+  file, and to one of its headings when they name a ``#section`` (a book page may also link to a
+  lesson: the book puts the lessons beside its pages);
+- references to lessons bear the name of a lesson that exists (``tools/lessons.py``); a mention by
+  number alone fails, as nothing could renumber it.
+Paths under ``build/`` and paths with placeholders (``NN_name``, ``X.Y``, ``*``, ``{...}``) are not
+checked.
 """
 
 from __future__ import annotations
@@ -33,7 +25,7 @@ import sys
 from pathlib import Path
 
 import lessons
-from notebook_files import ROOT
+from notebook_files import ROOT, notebook_paths
 
 TOP = r"(?:helpers|tpucheck|tools|tests|notebooks|book|binder|hardware|\.ci|\.github)"
 PATH = re.compile(
@@ -75,19 +67,15 @@ def _module_problem(top: str, dotted: str) -> str | None:
     for i, part in enumerate(parts := dotted.split(".")):
         if (here / part).is_dir():
             here = here / part
-            continue
-        if (here / f"{part}.py").is_file():
-            here = here / f"{part}.py"
-            rest = parts[i + 1 :]
-            break
-        package = here / "__init__.py"
-        if package.is_file() and part in _defined(package):
+        elif (module := here / f"{part}.py").is_file():
+            name = parts[i + 1] if i + 1 < len(parts) else None
+            if name and name not in _defined(module) and not name[0].isupper():
+                return f"{top}.{dotted}: {module.relative_to(ROOT)} defines no {name}"
             return None
-        return f"{top}.{'.'.join(parts[: i + 1])} does not exist"
-    else:
-        return None
-    if rest and rest[0] not in _defined(here) and not rest[0][0].isupper():
-        return f"{top}.{dotted}: {here.relative_to(ROOT)} defines no {rest[0]}"
+        elif (here / "__init__.py").is_file() and part in _defined(here / "__init__.py"):
+            return None
+        else:
+            return f"{top}.{'.'.join(parts[: i + 1])} does not exist"
     return None
 
 
@@ -99,11 +87,8 @@ LINK = re.compile(
     re.MULTILINE,
 )
 EXTERNAL = re.compile(r"^(?:[a-zA-Z][\w+.-]*:|//)")  # https:, mailto:, data:, //host
-FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
-CODE_SPAN = re.compile(r"(`+).+?\1", re.DOTALL)
+FENCE, CODE_SPAN = lessons.FENCE, lessons.CODE_SPAN
 HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
-# "notebook NN", "Lessons NN to MM", "notebooks NN, MM and KK": each number must be a lesson.
-LESSON_MENTION = lessons.MENTION
 BARE_FIX = (
     "; refer to it by name (a link to its file in Markdown, its NN_name stem elsewhere): "
     "python tools/lessons.py --convert"
@@ -164,15 +149,6 @@ def broken_links(name: str, markdown: str, root: Path = ROOT) -> list[str]:
     return found
 
 
-def missing_lessons(text: str, root: Path = ROOT) -> list[str]:
-    """The lesson numbers ``text`` mentions (as "notebook NN") for which no lesson exists."""
-    lessons = {p.name[:2] for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")}
-    found = []
-    for match in LESSON_MENTION.finditer(text):
-        found += [n for n in re.findall(r"\d\d", match[3]) if n not in lessons]
-    return found
-
-
 def misnamed_lessons(text: str, markdown: str | None, numbers: dict[str, str]) -> list[str]:
     """The references by name in ``text`` that name no lesson, and the links of its ``markdown``
     whose text says another number than their target has (``[notebook NN](MM_name.ipynb)``)."""
@@ -188,15 +164,18 @@ def misnamed_lessons(text: str, markdown: str | None, numbers: dict[str, str]) -
 def stale_references(files: dict[str, str]) -> list[str]:
     """``file: what it names that does not exist``, for every stale reference in ``files``."""
     found, numbers = [], lessons.numbering()
-    for name, text in sorted(files.items()):
+    existing = {path.name[:2] for path in notebook_paths()}
+    for name, text in files.items():
         markdown = markdown_of(name, text)
         if markdown is not None:
             found += [f"{name}: the link {link}" for link in broken_links(name, markdown)]
-        found += [f"{name}: notebook {n} does not exist" for n in missing_lessons(text)]
+        found += [
+            f"{name}: notebook {n} does not exist"
+            for mention in lessons.MENTION.finditer(text)
+            for n in re.findall(r"\d\d", mention[3])
+            if n not in existing
+        ]
         found += [f"{name}: {problem}" for problem in misnamed_lessons(text, markdown, numbers)]
-    found += [f"{mention}: a lesson named by its number alone{BARE_FIX}"
-              for mention in lessons.bare_mentions(files, numbers)]  # fmt: skip
-    for name, text in sorted(files.items()):
         for match in PATH.finditer(text):
             path = match.group(0).rstrip(".")
             if PLACEHOLDER.search(path) or (ROOT / path).exists():
@@ -210,14 +189,14 @@ def stale_references(files: dict[str, str]) -> list[str]:
                 continue  # a file named helpers.py, or a module attribute such as __path__
             if problem := _module_problem(match.group(1), dotted):
                 found.append(f"{name}: {problem}")
+    found += [f"{mention}: a lesson named by its number alone{BARE_FIX}"
+              for mention in lessons.bare_mentions(files, numbers)]  # fmt: skip
     return sorted(set(found))
 
 
 def main() -> int:
-    stale = stale_references(texts())
-    for line in stale:
-        print(line)
-    if stale:
+    if stale := stale_references(texts()):
+        print(*stale, sep="\n")
         print(f"{len(stale)} reference(s) to things that do not exist: correct or remove them.")
         return 1
     print("Every repository path, helpers name, relative link and lesson mentioned exists.")

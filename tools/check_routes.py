@@ -2,13 +2,11 @@
 
     python tools/check_routes.py        # make check-routes; CI runs it once
 
-For every release in ``routes.RELEASES`` and every Python in ``routes.PYTHONS_CHECKED`` it asks
-pip whether ``tensorflow-tpu==X`` has a wheel for that Python, and fails if the answer differs
-from the release's ``pythons``. Then it resolves every route's ``pip install`` arguments with
-their dependencies, for the route's Python, and reports the libtpu pip would pick without the
-route's pin. Everything runs as ``pip install --dry-run --target TMP --python-version X.Y``: pip
-reads wheel metadata from the index and installs nothing. TPU builds must never be installed on
-a machine without a TPU (see README), so this is the only way they are tested here.
+It asks pip whether each ``tensorflow-tpu`` release of ``routes.RELEASES`` has a wheel for each
+Python of ``routes.PYTHONS_CHECKED`` (the release's ``pythons`` must agree), then resolves every
+route's ``pip install`` arguments with their dependencies and reports the libtpu pip would pick
+without the route's pin. Everything is ``pip install --dry-run --target TMP --python-version X.Y``:
+TPU builds must never be installed on a machine without a TPU (see README).
 """
 
 from __future__ import annotations
@@ -29,22 +27,9 @@ def dry_run(args: list[str], python: str, *, deps: bool) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--dry-run",
-            "--quiet",
-            "--ignore-installed",
-            "--only-binary=:all:",
-            "--python-version",
-            python,
-            "--target",
-            str(Path(tmp) / "target"),
-            "--report",
-            str(report),
-            *([] if deps else ["--no-deps"]),
-            *args,
+            *(sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed"),
+            *("--only-binary=:all:", "--python-version", python, "--target", f"{tmp}/target"),
+            *("--report", str(report), *([] if deps else ["--no-deps"]), *args),
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
@@ -52,6 +37,21 @@ def dry_run(args: list[str], python: str, *, deps: bool) -> dict | None:
                 raise RuntimeError(f"pip failed for {args} on {python}:\n{done.stderr[-2000:]}")
             return None
         return json.loads(report.read_text())
+
+
+def wheel_pythons(versions: list[str]) -> dict[str, list[str]]:
+    """For each ``tensorflow-tpu`` version, the Pythons of ``routes.PYTHONS_CHECKED`` it has a
+    wheel for. The pip calls mostly wait on the index, so they run side by side."""
+    pairs = [(version, python) for version in versions for python in routes.PYTHONS_CHECKED]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        reports = list(
+            pool.map(lambda p: dry_run([f"tensorflow-tpu=={p[0]}"], p[1], deps=False), pairs)
+        )
+    found: dict[str, list[str]] = {version: [] for version in versions}
+    for (version, python), report in zip(pairs, reports, strict=True):
+        if report is not None:
+            found[version].append(python)
+    return found
 
 
 def versions(report: dict) -> dict[str, str]:
@@ -64,13 +64,9 @@ def versions(report: dict) -> dict[str, str]:
 def main() -> int:
     problems = []
     print("Wheels by Python (tensorflow-tpu, --no-deps):")
-    pairs = [(r, python) for r in routes.RELEASES for python in routes.PYTHONS_CHECKED]
-    # Each pip call mostly waits on the index: ask them all at once, report in table order.
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        reports = pool.map(lambda pair: dry_run([pair[0].requirement], pair[1], deps=False), pairs)
-        wheels = [report is not None for report in reports]
-    for (release, python), has_wheel in zip(pairs, wheels, strict=True):
-        claimed = python in release.pythons
+    wheels = wheel_pythons([release.tensorflow for release in routes.RELEASES])
+    for release, python in [(r, p) for r in routes.RELEASES for p in routes.PYTHONS_CHECKED]:
+        has_wheel, claimed = python in wheels[release.tensorflow], python in release.pythons
         mark = "ok " if has_wheel == claimed else "BAD"
         print(f"  {mark} {release.requirement:<24} Python {python}: wheel={has_wheel}")
         if has_wheel != claimed:

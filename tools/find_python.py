@@ -2,21 +2,21 @@
 
     python3 tools/find_python.py 3.13     # -> /root/.pyenv/versions/3.13.0/bin/python3.13
 
-The Makefile uses it to build each stack's virtual environment with the Python its platform
-runs (the ``# python:`` line of its requirements file, from ``tpucheck.routes``). It looks, in order, at
-``pythonX.Y`` on the PATH, at pyenv's versions (``$PYENV_ROOT`` or ``~/.pyenv``), and at
-``/usr/bin`` and ``/usr/local/bin``, and runs each candidate to confirm its version (a pyenv
-shim for a version that is not selected exists but fails). Standard library only: it runs
-before any virtual environment exists.
+The Makefile builds each stack's environment with it. It tries ``pythonX.Y`` on the PATH, pyenv's
+versions (``$PYENV_ROOT`` or ``~/.pyenv``), ``/usr/local/bin`` and ``/usr/bin``, and runs each to
+confirm its version (a pyenv shim for a version not selected exists but fails). Standard library
+only: it runs before any virtual environment exists.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _reports(path: str, version: str) -> bool:
@@ -37,7 +37,7 @@ def candidates(version: str) -> list[str]:
     name = f"python{version}"
     found = [shutil.which(name)]
     pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    # Newest patch release first: 3.13.10 sorts after 3.13.9 by number, not by text.
+    # Newest patch release first: 3.13.10 before 3.13.9.
     versions = glob.glob(os.path.join(pyenv_root, "versions", f"{version}.*", "bin", name))
     found += sorted(versions, key=_patch_number, reverse=True)
     found += [f"/usr/local/bin/{name}", f"/usr/bin/{name}"]
@@ -45,9 +45,9 @@ def candidates(version: str) -> list[str]:
 
 
 def _patch_number(path: str) -> int:
-    tail = path.split(os.sep + "versions" + os.sep, 1)[1].split(os.sep, 1)[0]
-    patch = tail.split(".")[2] if tail.count(".") >= 2 else "0"
-    return int(patch) if patch.isdigit() else -1
+    """3.13.10's 10, from pyenv's ``versions/3.13.10/bin/...``; -1 for 3.13.0rc1 or 3.13-dev."""
+    patch = re.fullmatch(r"\d+\.\d+\.(\d+)", Path(path).parents[1].name)
+    return int(patch[1]) if patch else -1
 
 
 def find_python(version: str) -> str | None:

@@ -1,27 +1,14 @@
 """Lessons known by their names: the manifest's order numbers them, and every reference follows.
 
-A lesson is one ``[notebooks.NAME]`` entry of notebooks/manifest.toml (``tpu_readiness_check``).
-Its place among the entries gives its number (the first is 00), and so its file,
-``notebooks/NN_NAME.ipynb``. A text refers to a lesson in a form that bears its name:
-
-- in Markdown (notebooks, ``.md`` pages, the manifest's texts), a link to its file, whose text
-  may say its number: ``[notebook NN](NN_NAME.ipynb)``, ``[NN · Title](../notebooks/NN_NAME.ipynb)``;
-- anywhere else (docstrings, comments, code), its file name or stem: ``notebook NN_NAME``,
-  ``notebooks/NN_NAME.ipynb``.
-
-``make sync`` (:func:`renames`, :func:`renumbered`) renames a lesson's file when its place
-changed, with ``git mv``, and rewrites the number of every reference from the name beside it, so
-inserting, removing or reordering a lesson is one edit of the manifest (and the new notebook;
-CONTRIBUTING.md, "Lessons by name"). Renaming one is an edit of its entry's name: the notebook
-that no entry names, numbered as the entry that has no notebook, takes the new name
-(:func:`renamed`), and so do the references to it. A bare "notebook NN" bears no name, so nothing could follow
-it: ``make lint`` (tools/check_references.py) refuses it, and ``--convert`` writes every bare
-mention in the form above, from the current numbering::
+A lesson is one ``[notebooks.NAME]`` entry of notebooks/manifest.toml; its place numbers it (the
+first is 00) and so names its file, ``notebooks/NN_NAME.ipynb``. A reference bears the name: in
+Markdown a link to the file (``[notebook NN](NN_NAME.ipynb)``), elsewhere the file name or stem
+(``notebook NN_NAME``). ``make sync`` renames the files (``git mv``) and renumbers every reference
+when the order changes, and follows a name changed in an entry (:func:`renamed`): CONTRIBUTING.md,
+"Lessons by name". A bare "notebook NN" could follow nothing, so ``make lint`` refuses it::
 
     python tools/lessons.py --convert   # bare mentions -> references by name (idempotent)
     python tools/lessons.py             # the lessons, in order
-
-Hardware records and recorded test data keep the names they were made with (:data:`NOT_REWRITTEN`).
 """
 
 from __future__ import annotations
@@ -39,16 +26,12 @@ NUMBERED = re.compile(r"^(\d\d)_(.+)$")
 # Files that record what was, under the names of then, or another project's text.
 NOT_REWRITTEN = ("tests/data/", "hardware/records/")
 READ_AS_TEXT = {".md", ".py", ".ipynb", ".toml", ".txt", ".yml", ".yaml", ".cfg", ".css"}
-# "notebook NN", "Lessons NN to MM", "notebooks NN, MM and KK" with numbers: they bear no name.
+# "notebook NN", "Lessons NN to MM", "notebooks NN, MM and KK": numbers that bear no name.
 MENTION = re.compile(
     r"\b((?:notebook|lesson)s?)(\s+)(\d\d\b(?:(?:\s*(?:,|and|or|to|-|–)\s*)\d\d\b)*)",
     re.IGNORECASE,
 )
 NUMBER = re.compile(r"\b\d\d\b")
-# The "Taught in notebook NN." lines helpers' docstrings still end with: written by make sync until
-# it stopped (they went stale whenever a lesson changed), kept out of the bare-mention check until
-# they are deleted.
-GENERATED = re.compile(r"Taught in notebooks? \d\d(?:, \d\d)*\.")
 # A Markdown link to any lesson's file, its name current or not: never a bare mention.
 LESSON_LINK = re.compile(r"\[([^\]]*)\]\([^)\s]*?\b(\d\d)_(\w+)\.ipynb")
 FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.MULTILINE | re.DOTALL)
@@ -95,16 +78,13 @@ def renamed(root: Path = ROOT, numbers: dict[str, str] | None = None) -> dict[st
     }
 
 
-def renames(
-    root: Path = ROOT, numbers: dict[str, str] | None = None, new_names: dict | None = None
-) -> list[tuple[Path, Path]]:
+def renames(root: Path, numbers: dict[str, str], new_names: dict) -> list[tuple[Path, Path]]:
     """(file, the file it must become) for each lesson whose number or file name is not its own:
     a lesson that moved in the manifest or was renamed there (``new_names``, from
     :func:`renamed`), or a new ``NAME.ipynb`` or ``NN_NAME.ipynb``."""
-    numbers = numbering(root / "notebooks" / "manifest.toml") if numbers is None else numbers
     found = []
     for path in sorted((root / "notebooks").glob("*.ipynb")):
-        name = (new_names or {}).get(lesson_name(path), lesson_name(path))
+        name = new_names.get(lesson_name(path), lesson_name(path))
         if name in numbers and path.name != (wanted := f"{numbers[name]}_{name}.ipynb"):
             found.append((path, path.with_name(wanted)))
     return found
@@ -140,24 +120,23 @@ def texts(root: Path = ROOT, skip: tuple[str, ...] = NOT_REWRITTEN) -> dict[str,
     return found
 
 
+def _names(numbers: dict[str, str]) -> str:
+    """The lessons' names as a regular expression, the longest first (a name may start another)."""
+    return "|".join(sorted(map(re.escape, numbers), key=len, reverse=True)) or "(?!)"
+
+
 def _stem_pattern(numbers: dict[str, str]) -> re.Pattern:
-    alternatives = "|".join(sorted(map(re.escape, numbers), key=len, reverse=True)) or "(?!)"
-    return re.compile(rf"\b(\d\d)_({alternatives})\b")
-
-
-def _link_pattern(numbers: dict[str, str]) -> re.Pattern:
-    """A Markdown link to a lesson's file: its text, then the number and name of its target."""
-    alternatives = "|".join(sorted(map(re.escape, numbers), key=len, reverse=True)) or "(?!)"
-    return re.compile(rf"\[([^\]]*)\]\(([^)\s]*?)\b(\d\d)_({alternatives})\.ipynb")
+    return re.compile(rf"\b(\d\d)_({_names(numbers)})\b")
 
 
 def _renumber_text(text: str, numbers: dict[str, str]) -> str:
-    def link(match: re.Match) -> str:
+    def link(match: re.Match) -> str:  # a link to a lesson's file: its text's number follows too
         label, target, old, name = match.groups()
         label = re.sub(rf"\b{old}\b", numbers[name], label)
         return f"[{label}]({target}{numbers[name]}_{name}.ipynb"
 
-    text = _link_pattern(numbers).sub(link, text)
+    links = re.compile(rf"\[([^\]]*)\]\(([^)\s]*?)\b(\d\d)_({_names(numbers)})\.ipynb")
+    text = links.sub(link, text)
     return _stem_pattern(numbers).sub(lambda m: f"{numbers[m[2]]}_{m[2]}", text)
 
 
@@ -166,8 +145,8 @@ def as_links(text: str, prefix: str, numbers: dict[str, str]) -> str:
     Markdown (README.md's module map): ``notebook NN_name`` as ``notebook [NN](prefixNN_name.ipynb)``,
     ``notebooks/NN_name.ipynb`` as a link with those words. Code spans stay as they are. A
     reference it cannot link (``../notebooks/NN_name.ipynb``) is a SystemExit, never dropped."""
-    names = "|".join(sorted(map(re.escape, numbers), key=len, reverse=True)) or "(?!)"
     # A sentence may end right after a name: a "." then is not a file's suffix.
+    names = _names(numbers)
     reference = re.compile(rf"(?<![\w/\[])(notebooks/)?(\d\d)_({names})(\.ipynb)?(?!\w|\.\w)")
 
     def link(match: re.Match) -> str:
@@ -182,16 +161,23 @@ def as_links(text: str, prefix: str, numbers: dict[str, str]) -> str:
     return linked
 
 
-def _map_notebook(text: str, change) -> str:
-    """A notebook's text with ``change(cell_source, cell_type)`` applied to every cell."""
-    notebook = json.loads(text)
-    changed = False
-    for cell in notebook.get("cells", []):
-        before = source(cell)
-        after = change(before, cell["cell_type"])
-        if after != before:
-            cell["source"], changed = after.splitlines(keepends=True), True
-    return dumps(notebook) if changed else text
+def _rewrite(files: dict[str, str], change) -> dict[str, str]:
+    """{file: its new text} for the files that ``change(text, file, kind)`` changes; a notebook
+    cell by cell, ``kind`` being the cell's type."""
+    found = {}
+    for file, text in files.items():
+        if not file.endswith(".ipynb"):
+            after = change(text, file, "")
+        else:
+            notebook, changed = json.loads(text), False
+            for cell in notebook.get("cells", []):
+                before = source(cell)
+                if (after := change(before, file, cell["cell_type"])) != before:
+                    cell["source"], changed = after.splitlines(keepends=True), True
+            after = dumps(notebook) if changed else text
+        if after != text:
+            found[file] = after
+    return found
 
 
 def renumbered(
@@ -201,41 +187,28 @@ def renumbered(
     an old name (``new_names``: {old: new}, from :func:`renamed`)."""
     old = _stem_pattern(new_names or {})
 
-    def change(text: str) -> str:
+    def change(text: str, _file: str, _kind: str) -> str:
         text = old.sub(lambda m: f"{m[1]}_{new_names[m[2]]}", text) if new_names else text
         return _renumber_text(text, numbers)
 
-    found = {}
-    for file, text in files.items():
-        if file.endswith(".ipynb"):
-            after = _map_notebook(text, lambda cell, _kind: change(cell))
-        else:
-            after = change(text)
-        if after != text:
-            found[file] = after
-    return found
+    return _rewrite(files, change)
 
 
 # --- bare mentions: found (make lint) and converted (--convert) -----------------------------------
 
 
-def _hidden(text: str, markdown: bool, numbers: dict[str, str]) -> str:
-    """``text`` with what is not a bare mention blanked out (same length, so offsets hold):
-    links to lessons (a renamed lesson's too: its old target is check_references' to report),
-    provenance lines, and in Markdown code spans and blocks."""
+def references_in(text: str, markdown: bool) -> list[re.Match]:
+    """The bare mentions of lessons by number in ``text``: not in links to lessons (a renamed
+    lesson's old target is check_references' to report) nor in Markdown's code. What is not read
+    is blanked out, so the offsets hold."""
 
     def blank(match: re.Match) -> str:
         return re.sub(r"\S", " ", match[0])
 
-    text = GENERATED.sub(blank, LESSON_LINK.sub(blank, text))
+    text = LESSON_LINK.sub(blank, text)
     if markdown:
         text = CODE_SPAN.sub(blank, FENCE.sub(blank, text))
-    return text
-
-
-def references_in(text: str, markdown: bool, numbers: dict[str, str]) -> list[re.Match]:
-    """The bare mentions of lessons by number in ``text``."""
-    return list(MENTION.finditer(_hidden(text, markdown, numbers)))
+    return list(MENTION.finditer(text))
 
 
 def _is_markdown(file: str, kind: str = "") -> bool:
@@ -255,7 +228,7 @@ def bare_mentions(files: dict[str, str], numbers: dict[str, str]) -> list[str]:
         for part, markdown in parts:
             found += [
                 f"{file}: {m[0]!r}"
-                for m in references_in(part, markdown, numbers)
+                for m in references_in(part, markdown)
                 if set(NUMBER.findall(m[3])) <= existing
             ]
     return found
@@ -273,41 +246,31 @@ def _link_prefix(file: str) -> str:
 
 def _convert_text(text: str, markdown: bool, prefix: str, numbers: dict[str, str]) -> str:
     by_number = {number: name for name, number in numbers.items()}
-    pieces, last = [], 0
-    for match in references_in(text, markdown, numbers):
+
+    def link(number: str, words: str) -> str:
+        return f"[{words}]({prefix}{number}_{by_number[number]}.ipynb)"
+
+    for match in reversed(references_in(text, markdown)):  # from the end: the offsets hold
         word, space, listed = match.group(1, 2, 3)
         if any(n not in by_number for n in NUMBER.findall(listed)):
             continue  # a lesson that does not exist: lint names it
-
-        def named(number: re.Match) -> str:
-            stem = f"{number[0]}_{by_number[number[0]]}"
-            return f"[{number[0]}]({prefix}{stem}.ipynb)" if markdown else stem
-
         if markdown and len(NUMBER.findall(listed)) == 1:  # one number: link the words too
-            stem = f"{listed}_{by_number[listed]}"
-            new = f"[{word}{space}{listed}]({prefix}{stem}.ipynb)"
+            new = link(listed, f"{word}{space}{listed}")
+        elif markdown:
+            new = word + space + NUMBER.sub(lambda n: link(n[0], n[0]), listed)
         else:
-            new = word + space + NUMBER.sub(named, listed)
-        pieces += [text[last : match.start()], new]
-        last = match.end()
-    return "".join(pieces) + text[last:]
+            new = word + space + NUMBER.sub(lambda n: f"{n[0]}_{by_number[n[0]]}", listed)
+        text = text[: match.start()] + new + text[match.end() :]
+    return text
 
 
 def convert(files: dict[str, str], numbers: dict[str, str]) -> dict[str, str]:
     """{file: its new text} with every bare mention of an existing lesson written by name."""
 
-    def converted(text: str, file: str, kind: str = "") -> str:
+    def converted(text: str, file: str, kind: str) -> str:
         return _convert_text(text, _is_markdown(file, kind), _link_prefix(file), numbers)
 
-    found = {}
-    for file, text in files.items():
-        if file.endswith(".ipynb"):
-            after = _map_notebook(text, lambda cell, kind, f=file: converted(cell, f, kind))
-        else:
-            after = converted(text, file)
-        if after != text:
-            found[file] = after
-    return found
+    return _rewrite(files, converted)
 
 
 def main(argv: list[str]) -> int:

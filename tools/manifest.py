@@ -1,28 +1,16 @@
 """notebooks/manifest.toml: what the tools know about each notebook, declared once.
 
-One ``[notebooks.name]`` entry per notebook, keyed by the lesson's name (``tpu_readiness_check``):
-their order numbers the lessons (the first is 00) and so names their files,
-``notebooks/NN_name.ipynb`` (``tools/lessons.py``: ``make sync`` renames the files and rewrites the
-references when the order changes). Each entry holds:
-
-- ``title``, ``promise``, ``need``: the texts of its generated preamble (``tools/sync_notebooks.py``),
-  the README's table and the book's map of lessons;
-- ``headline``: its result in words for ``make run``'s summary and the book, a format string over
-  the numbers it records with ``helpers.results.record`` (or a list of them: the first whose
-  numbers were recorded is used);
-- ``kept_files`` (optional): parameters that name a folder of files kept for the reader, and the
-  sub-folder a headless run gives them (notebook 11_profiling_a_training_step's profiles);
-- ``[notebooks.name.smoke]`` (optional): the parameter values of the small, quick version that
-  ``make smoke`` and ``make test`` run, passed to the notebook as papermill parameters;
-- ``[notebooks.name.settings]`` (optional): the lesson's own values of the shared settings
-  (:data:`SHARED_SETTINGS`), which ``make sync`` writes into its parameters cell. A shared setting
-  the lesson does not set there takes its default: ``[settings]`` at the top of the manifest, and
-  for ``SIMULATED_REPLICAS`` ``helpers.strategy.SIMULATED_REPLICAS`` (the stacks and the README
-  follow that one);
-- ``parameters``, ``setup``, ``hardware`` (optional): a sentence on its own parameters; the setup
-  cell's variant; the runtime its badges ask Colab and Kaggle for ("tpu", the default);
-- ``nbval = true`` (optional): ``make test`` also runs the stored notebook, as it is, under
-  ``pytest --nbval-lax``: for lessons that finish in full mode within about 20 s here.
+One ``[notebooks.name]`` entry per lesson, keyed by its name; their order numbers the lessons
+(``tools/lessons.py``). An entry holds ``title``, ``promise`` and ``need`` (its generated preamble,
+the README's table, the book); ``headline`` (its result in words, a format string over the numbers
+it records with ``helpers.results.record``, or a list of them: the first whose numbers were
+recorded is used); and optionally ``kept_files`` (parameters naming a folder kept for the reader,
+and the sub-folder a headless run gives it), ``[...smoke]`` (the parameters of the quick version
+``make smoke`` and ``make test`` run), ``[...settings]`` (its own values of the shared settings,
+:data:`SHARED_SETTINGS`; the defaults are ``[settings]`` and ``helpers.strategy.SIMULATED_REPLICAS``),
+``parameters`` (a sentence on its own parameters), ``setup`` (the setup cell's variant),
+``hardware`` (the runtime its badges ask for, "tpu") and ``nbval = true`` (``make test`` also runs
+the stored notebook under ``pytest --nbval-lax``: lessons that finish in about 20 s here).
 
     python tools/manifest.py --nbval     # the notebooks marked nbval, as paths (the Makefile)
 """
@@ -76,8 +64,7 @@ def entry_for(manifest: dict, name: str) -> dict:
         bad = [key for key in entry.get(table, {}) if not PARAMETER_NAME.match(key)]
         if bad:
             raise SystemExit(f"{where}.{table}: {bad} are not parameter names (UPPER_CASE)")
-    unknown = sorted(set(entry.get("settings", {})) - set(SHARED_SETTINGS))
-    if unknown:
+    if unknown := sorted(set(entry.get("settings", {})) - set(SHARED_SETTINGS)):
         raise SystemExit(f"{where}.settings: {unknown} are not shared settings {SHARED_SETTINGS}")
     return entry
 
@@ -142,18 +129,8 @@ def _toml_text(text: str) -> str:
     return '"""\n' + text.replace("\\", "\\\\").replace('"""', '\\"""') + '\n"""'
 
 
-def entry_toml(name: str, entry: dict) -> str:
-    """The TOML text of one manifest entry (its string keys)."""
-    keys = [k for k in (*REQUIRED, *OPTIONAL) if isinstance(entry.get(k), str)]
-    lines = [f"[notebooks.{name}]", *(f"{key} = {_toml_text(entry[key])}" for key in keys)]
-    return "\n".join(lines) + "\n"
-
-
 def adopt(notebook: dict, name: str) -> dict:
-    """A manifest entry from a notebook not yet in the manifest: its title and 'What you need'.
-
-    Its headline starts as the raw numbers (``{}``-free text is printed as it is); write one.
-    """
+    """A manifest entry from a notebook not yet in the manifest: its title and 'What you need'."""
     cells = notebook["cells"]
     first = source(cells[0]).strip().splitlines() if cells else []
     first = [line for line in first if not line.startswith("<!--")]
@@ -166,9 +143,9 @@ def adopt(notebook: dict, name: str) -> dict:
     body = need.split("\n", 1)[1] if "\n" in need else ""
     return {
         "title": re.sub(r"^# (\d\d · )?", "", first[0]),
-        "headline": "see results/ (no headline written yet)",
         "promise": promise,
         "need": body.strip(),
+        "headline": "see results/ (no headline written yet)",
     }
 
 
@@ -180,16 +157,15 @@ def adopt_missing(paths: list[Path], manifest_path: Path = MANIFEST) -> list[str
     for path in paths:
         if (name := lesson_name(path)) not in known:
             entry = adopt(read(path), path.name)
+            lines = [f"[notebooks.{name}]", *(f"{k} = {_toml_text(v)}" for k, v in entry.items())]
             text = manifest_path.read_text(encoding="utf-8") if manifest_path.exists() else ""
-            manifest_path.write_text(text + ("\n" if text else "") + entry_toml(name, entry))
+            manifest_path.write_text(text + ("\n" if text else "") + "\n".join(lines) + "\n")
             known.add(name)
             added.append(path.name)
     return added
 
 
 if __name__ == "__main__":
-    import sys
-
     if sys.argv[1:] != ["--nbval"]:
         raise SystemExit("usage: python tools/manifest.py --nbval")
     print(" ".join(str(p.relative_to(NOTEBOOKS.parent)) for p in nbval_notebooks()))

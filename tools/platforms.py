@@ -4,25 +4,18 @@
     python tools/platforms.py --recorded DIR       # the same files, recorded in DIR
     python tools/platforms.py --recorded today     # the snapshot that stands for today (TODAY)
 
-It reads, for each platform, the files the platform itself publishes about its TPU image:
-
-- Colab's TPU runtime: ``os-info-tpu.txt`` (its Python) and ``pip-freeze.tpu.txt`` (whether any
-  TensorFlow is installed) from the googlecolab/backend-info repository;
-- Kaggle's TPU image: ``tpu/config.txt`` (``BASE_IMAGE=python:X.Y``, ``TENSORFLOW_VERSION``) and
-  ``tpu/requirements.in`` (which TensorFlow build it installs) from Kaggle/docker-python;
-- the package index, through pip: the releases of ``tensorflow-tpu`` and ``libtpu``, and the
-  Pythons each ``tensorflow-tpu`` release in the routes has a wheel for (``--recorded`` reads
-  ``index.json`` instead: ``{"tensorflow-tpu": {"VERSION": [PYTHONS]}, "libtpu": [VERSIONS]}``).
-
-Each difference is printed with the one edit it calls for; the exit code is 1 when there is one,
-2 when a source cannot be read (no network: use ``--recorded``), 0 when nothing moved.
-``.github/workflows/platforms.yml`` runs it weekly and opens an issue when something moved.
+It reads what each platform publishes about its TPU image (:data:`SOURCES`: Colab's Python and
+pip freeze in googlecolab/backend-info, Kaggle's ``tpu/config.txt`` and ``tpu/requirements.in`` in
+Kaggle/docker-python) and, through pip, the releases of ``tensorflow-tpu`` and ``libtpu`` and the
+Pythons each ``tensorflow-tpu`` of the routes has a wheel for (recorded: ``index.json``,
+``{"tensorflow-tpu": {"VERSION": [PYTHONS]}, "libtpu": [VERSIONS]}``). Each difference is printed
+with the one edit it calls for. Exit code 1 when something moved, 2 when a source cannot be read
+(no network: use ``--recorded``). ``.github/workflows/platforms.yml`` runs it weekly.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import re
 import subprocess
@@ -128,21 +121,10 @@ def _pip_versions(package: str) -> list[str]:
 
 
 def _index_online() -> dict:
-    from check_routes import dry_run  # pip install --dry-run, as make check-routes asks it
+    from check_routes import wheel_pythons  # pip install --dry-run, as make check-routes asks
 
-    tpu_versions = _pip_versions("tensorflow-tpu")
-    wanted = {r.tensorflow for r in routes.RELEASES} | {tpu_versions[0]}
-    pairs = [(v, p) for v in sorted(wanted) for p in routes.PYTHONS_CHECKED]
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        reports = pool.map(
-            lambda vp: dry_run([f"tensorflow-tpu=={vp[0]}"], vp[1], deps=False), pairs
-        )
-        has = [r is not None for r in reports]
-    wheels: dict[str, list[str]] = {v: [] for v in sorted(wanted)}
-    for (version, python), wheel in zip(pairs, has, strict=True):
-        if wheel:
-            wheels[version].append(python)
-    return {"tensorflow-tpu": wheels, "libtpu": _pip_versions("libtpu")}
+    wanted = {r.tensorflow for r in routes.RELEASES} | {_pip_versions("tensorflow-tpu")[0]}
+    return {"tensorflow-tpu": wheel_pythons(sorted(wanted)), "libtpu": _pip_versions("libtpu")}
 
 
 def read_published(recorded: Path | None) -> Published:
@@ -169,63 +151,46 @@ def _key(version: str) -> tuple[int, ...]:
 def compare(published: Published) -> list[Drift]:
     """The facts of ``tpucheck.routes`` that differ from ``published``, each with its edit."""
     drifts = []
+
+    def moved(what: str, ours: str, seen: str, edit: str) -> None:
+        drifts.append(Drift(what, ours, seen, f"{ROUTES_FILE}: {edit}"))
+
     sync = "; then `make sync`, which regenerates everything that states it"
     for name, python, shipped in (
         ("colab", published.colab_python, published.colab_tensorflow),
         ("kaggle", published.kaggle_python, published.kaggle_tensorflow),
     ):
-        ours = routes.PLATFORMS[name]
+        ours, image = routes.PLATFORMS[name], f"{name}'s TPU image"
         if ours.python != python:
-            drifts.append(
-                Drift(
-                    f"{name}'s TPU image: Python",
-                    ours.python,
-                    python,
-                    f'{ROUTES_FILE}: PLATFORMS["{name}"] python="{python}"{sync}',
-                )
+            moved(
+                f"{image}: Python",
+                ours.python,
+                python,
+                f'PLATFORMS["{name}"] python="{python}"{sync}',
             )
         if not ours.tensorflow_shipped.startswith(shipped):
-            drifts.append(
-                Drift(
-                    f"{name}'s TPU image: TensorFlow",
-                    ours.tensorflow_shipped,
-                    shipped,
-                    f'{ROUTES_FILE}: PLATFORMS["{name}"] tensorflow_shipped="{shipped} ..."{sync}',
-                )
-            )
+            edit = f'PLATFORMS["{name}"] tensorflow_shipped="{shipped} ..."{sync}'
+            moved(f"{image}: TensorFlow", ours.tensorflow_shipped, shipped, edit)
     newest = max(published.tpu_wheels, key=_key)
     if newest != routes.NEWEST_TPU_TENSORFLOW:
-        drifts.append(
-            Drift(
-                "newest tensorflow-tpu",
-                routes.NEWEST_TPU_TENSORFLOW,
-                newest,
-                f"{ROUTES_FILE}: add TPURelease(tensorflow={newest!r}, ...) to RELEASES and set "
-                f"NEWEST_TPU_TENSORFLOW = {newest!r}; `make check-routes` checks its wheels",
-            )
+        edit = (
+            f"add TPURelease(tensorflow={newest!r}, ...) to RELEASES and set "
+            f"NEWEST_TPU_TENSORFLOW = {newest!r}; `make check-routes` checks its wheels"
         )
+        moved("newest tensorflow-tpu", routes.NEWEST_TPU_TENSORFLOW, newest, edit)
     for release in routes.RELEASES:
         seen = published.tpu_wheels.get(release.tensorflow)
         ours = tuple(p for p in release.pythons if p in routes.PYTHONS_CHECKED)
-        if seen is not None and tuple(sorted(seen, key=_key)) != ours:
-            drifts.append(
-                Drift(
-                    f"tensorflow-tpu {release.tensorflow}: Pythons with a wheel",
-                    ", ".join(ours),
-                    ", ".join(sorted(seen, key=_key)),
-                    f"{ROUTES_FILE}: TPURelease(tensorflow={release.tensorflow!r}) pythons",
-                )
-            )
-    if published.libtpu_newest != routes.LIBTPU_NEWEST_SEEN:
-        drifts.append(
-            Drift(
-                "newest libtpu",
-                routes.LIBTPU_NEWEST_SEEN,
-                published.libtpu_newest,
-                f"{ROUTES_FILE}: LIBTPU_NEWEST_SEEN = {published.libtpu_newest!r}, after checking "
-                "that no route takes it unpinned (tensorflow-tpu 2.20.0 pins ~=0.0.14)",
-            )
+        if seen is not None and (seen := tuple(sorted(seen, key=_key))) != ours:
+            what = f"tensorflow-tpu {release.tensorflow}: Pythons with a wheel"
+            edit = f"TPURelease(tensorflow={release.tensorflow!r}) pythons"
+            moved(what, ", ".join(ours), ", ".join(seen), edit)
+    if (libtpu := published.libtpu_newest) != routes.LIBTPU_NEWEST_SEEN:
+        edit = (
+            f"LIBTPU_NEWEST_SEEN = {libtpu!r}, after checking that no route takes it unpinned "
+            "(tensorflow-tpu 2.20.0 pins ~=0.0.14)"
         )
+        moved("newest libtpu", routes.LIBTPU_NEWEST_SEEN, libtpu, edit)
     return drifts
 
 

@@ -2,13 +2,10 @@
 
     python tools/release.py 0.2.0        (or: make release VERSION=0.2.0)
 
-The one place a version changes: ``[project] version`` and ``[tool.tpu-field-guide] release`` in
-pyproject.toml, ``helpers.__version__`` (which every notebook's setup cell checks), the README's
-mentions of the tag and CHANGELOG.md's "Unreleased" section, which becomes the version's, then
-every notebook's setup cell and README.md's install line through ``tools/sync_notebooks.py``. It commits
-the change and creates the annotated tag ``vX.Y.Z`` in this clone. It never pushes: the tag exists
-for readers only once someone pushes it (``git push origin vX.Y.Z``), and until then a hosted
-notebook cannot install that release.
+It writes the version into pyproject.toml (``version``, ``release``), ``helpers.__version__``
+(which every setup cell checks), the README's mentions of the tag and CHANGELOG.md (its
+"Unreleased" section becomes the version's), runs ``tools/sync_notebooks.py``, commits, and tags
+``vX.Y.Z`` in this clone. It never pushes: until someone does, hosted notebooks cannot install it.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from pathlib import Path
 from notebook_files import ROOT, toml
 
 VERSION = re.compile(r"\d+\.\d+\.\d+")
-# Files that quote the release tag in install lines; the notebooks get theirs from sync_notebooks.
+# Files that quote the release tag; the notebooks get theirs from sync_notebooks.
 INSTALL_LINES = ("README.md",)
 
 

@@ -1,14 +1,9 @@
 """The marked parts of ``train_tpu.py``, and the lesson cells that show them.
 
-The reference script marks each part with a line ``# ---- part: NAME ----`` before it and
-``# ---- end of part ----`` after it. A notebook code cell tagged ``script-part:NAME`` shows that
-part: ``make sync`` writes its source (a first comment line naming the part, then the part's
-lines), and ``make sync --check`` (``make lint``) fails when such a cell differs from the script
-or names a part the script does not have.
-
-Every part must be shown by some lesson. Parts listed in :data:`NOT_YET_SHOWN` are exempt for
-now (a warning names them); a part listed there that a lesson already shows is an error, so the
-list only shrinks. When it is empty, every part is required.
+The script marks each part with a line ``# ---- part: NAME ----`` before it and
+``# ---- end of part ----`` after it. ``make sync`` writes the source of each code cell tagged
+``script-part:NAME`` from that part, and ``make lint`` fails on a cell naming no part, and on a part
+no lesson shows, but those in :data:`NOT_YET_SHOWN` (a note names them; the list only shrinks).
 """
 
 from __future__ import annotations
@@ -21,8 +16,6 @@ SCRIPT = ROOT / settings()["script"]  # pyproject.toml's [tool.tpu-field-guide] 
 START = re.compile(r"^# ---- part: ([a-z0-9_-]+) ----$")
 END = "# ---- end of part ----"
 TAG = "script-part:"
-# Parts no lesson shows yet; a lesson that shows one removes it from here.
-# The rewritten script's records and main are new parts: its lessons are being reworked to show them.
 NOT_YET_SHOWN: tuple[str, ...] = ()
 
 
@@ -92,24 +85,21 @@ def coverage(
     known: dict[str, str], shown_parts: set[str], pending=NOT_YET_SHOWN
 ) -> tuple[list[str], list[str]]:
     """(errors, warnings) about parts that no lesson shows."""
-    errors, warnings = [], []
     missing = [p for p in known if p not in shown_parts]
-    required = [p for p in missing if p not in pending]
-    if required:
-        errors.append(f"train_tpu.py parts shown in no lesson: {', '.join(required)}")
+    checks = [
+        ([p for p in missing if p not in pending], "train_tpu.py parts shown in no lesson: {}"),
+        (
+            [p for p in pending if p in shown_parts],
+            "a lesson shows {}: remove it from NOT_YET_SHOWN in tools/script_parts.py",
+        ),
+        (
+            [p for p in pending if p not in known],
+            "NOT_YET_SHOWN names parts train_tpu.py lacks: {}",
+        ),
+    ]
     waiting = [p for p in missing if p in pending]
-    if waiting:
-        warnings.append(
-            f"train_tpu.py parts not shown in a lesson yet (tools/script_parts.py "
-            f"NOT_YET_SHOWN): {', '.join(waiting)}"
-        )
-    done = [p for p in pending if p in shown_parts]
-    if done:
-        errors.append(
-            f"a lesson shows {', '.join(done)}: remove it from NOT_YET_SHOWN in "
-            "tools/script_parts.py"
-        )
-    unknown = [p for p in pending if p not in known]
-    if unknown:
-        errors.append(f"NOT_YET_SHOWN names parts train_tpu.py lacks: {', '.join(unknown)}")
-    return errors, warnings
+    warning = (
+        "train_tpu.py parts not shown in a lesson yet (tools/script_parts.py NOT_YET_SHOWN): {}"
+    )
+    errors = [message.format(", ".join(parts)) for parts, message in checks if parts]
+    return errors, [warning.format(", ".join(waiting))] if waiting else []

@@ -1,17 +1,11 @@
 """The stacks CI runs, named once here, one requirements file each: their headers, derived.
 
-A stack is a Python and TensorFlow pair that stands in for where users run the lessons. ``main``
-is this machine's python3 and the newest TensorFlow; a platform's stack stands in for its TPU
-runtime after the route: the platform's Python, and the CPU build of the TensorFlow release its
-route installs, on as many replicas as the platform's TPU has cores. ``tpucheck.routes.PLATFORMS``
-is where those facts are written; ``make sync`` writes them into each file's first lines
-(``# python:``, ``# replicas:``, ``# stands in for:``) and its ``tensorflow-cpu==`` pin, and
-``make lint`` fails when one is stale.
-
-:data:`STACK_FILES` is the one list of stacks, in the order CI runs them, the default first. The
-Makefile's ``STACK`` and ``.ci/run`` ask for it (standard library only: they run before any
-virtual environment exists), and ``make sync`` writes the matrix of
-``.github/workflows/tests.yml`` from it (:func:`workflow_synced`)::
+A stack is a Python and TensorFlow pair standing in for where users run the lessons: ``main`` is
+this machine's python3 and the newest TensorFlow; a platform's stack is its Python and the CPU
+build of the TensorFlow its TPU route installs, on as many replicas as its TPU has cores (facts
+from ``tpucheck.routes.PLATFORMS``). ``make sync`` writes them into each file's header and
+``tensorflow-cpu==`` pin, and the matrix of ``.github/workflows/tests.yml``. The Makefile and
+``.ci/run`` ask for the stacks before any environment exists (so: standard library only)::
 
     python3 tools/stacks.py --names                  # main kaggle colab
     python3 tools/stacks.py --requirements colab     # requirements-colab.txt
@@ -24,12 +18,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STACK_FILES = {  # stack name -> (requirements file, platform it stands in for)
+STACK_FILES = {  # stack name -> (requirements file, platform it stands in for); default first
     "main": ("requirements.txt", None),
     "kaggle": ("requirements-kaggle.txt", "kaggle"),
     "colab": ("requirements-colab.txt", "colab"),
 }
-_HEADER_KEYS = ("python", "replicas", "stands in for")
+HEADER = ("# python:", "# replicas:", "# stands in for:")
 WORKFLOW = ".github/workflows/tests.yml"
 MATRIX_START, MATRIX_END = "# stacks: written by make sync from tools/stacks.py", "# end of stacks"
 MATRIX = re.compile(
@@ -42,8 +36,7 @@ def names() -> list[str]:
 
 
 def _helpers():
-    """``tpucheck.routes`` and ``helpers.strategy``, imported only when needed: the command lines
-    above need neither."""
+    """``tpucheck.routes`` and ``helpers.strategy``, imported only when needed."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from helpers import strategy
@@ -52,42 +45,35 @@ def _helpers():
     return routes, strategy
 
 
-def stack_header(platform: str | None) -> list[str]:
-    """The first lines of a stack's requirements file."""
+def synced(text: str, platform: str | None) -> str:
+    """``text`` (a requirements file) with its header and TensorFlow pin derived from the routes."""
     routes, strategy = _helpers()
+    body = [line for line in text.splitlines() if not line.startswith(HEADER)]
     if platform is None:
         import repository
 
         supported = repository.python_range(repository.supported_pythons())
-        return [
+        header = [
             f"# python: the machine's python3 ({supported})",
             f"# replicas: {strategy.SIMULATED_REPLICAS}",
             "# stands in for: laptops, CI and Binder, on the newest TensorFlow",
         ]
-    facts = routes.PLATFORMS[platform]
-    route = routes.choose_route(platform, facts.python)
-    return [
-        f"# python: {facts.python}",
-        f"# replicas: {facts.cores}",
-        f"# stands in for: {facts.label}, after its route ({route.release.requirement})",
-    ]
-
-
-def synced(text: str, platform: str | None) -> str:
-    """``text`` (a requirements file) with its header and TensorFlow pin derived from the routes."""
-    lines = text.splitlines()
-    body = [line for line in lines if not any(line.startswith(f"# {key}:") for key in _HEADER_KEYS)]
-    if platform is not None:
-        routes, _ = _helpers()
-        route = routes.choose_route(platform, routes.PLATFORMS[platform].python)
-        pin = f"tensorflow-cpu=={route.release.tensorflow}"
+    else:
+        facts = routes.PLATFORMS[platform]
+        release = routes.choose_route(platform, facts.python).release
+        header = [
+            f"# python: {facts.python}",
+            f"# replicas: {facts.cores}",
+            f"# stands in for: {facts.label}, after its route ({release.requirement})",
+        ]
+        pin = f"tensorflow-cpu=={release.tensorflow}"
         body = [re.sub(r"^tensorflow-cpu==\S+$", pin, line) for line in body]
-    return "\n".join(stack_header(platform) + body) + "\n"
+    return "\n".join(header + body) + "\n"
 
 
 def workflow_synced(text: str, main_python: str) -> str:
     """The tests workflow with its matrix written from :data:`STACK_FILES`: each stack and the
-    Python its job runs (``main_python`` for the main stack: the main environment's)."""
+    Python its job runs (``main_python`` for the main stack)."""
     platforms = _helpers()[0].PLATFORMS
 
     def matrix(match: re.Match) -> str:
