@@ -12,16 +12,22 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import papermill
-from browser import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 STDERR = "application/vnd.jupyter.stderr"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def prepare_smoke_copy(source: Path, folder: Path, parameters: dict) -> Path:

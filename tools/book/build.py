@@ -1,19 +1,9 @@
 """Build the book from one headless run: ``python tools/book/build.py [--smoke] [--out DIR]``.
 
-It executes nothing. It copies ``book/`` (conf.py, the prose pages, _static) and the executed
-notebooks of the run (``make run``'s folder, or ``make smoke``'s with ``--smoke``: see
-``runner.folders``) into OUT/src, writes the generated pieces (``book.pages``) into
-OUT/src/_generated, and runs Sphinx with ``-W --keep-going``, so any warning (a broken link between
-lessons, a missing page, math that would need MathJax from a CDN) fails the build. Files are
-rewritten only when their content changes, so a build with nothing changed takes about a second
-or two. The site is OUT/html.
-
-In the copies, not in the stored notebooks, consecutive outputs of one stream are joined (a ``fit``
-log is one block, and stdout and stderr keep their order), and two generated cells change:
-- the badge cell (id "badges") loses its remote badge images: its Colab, Kaggle and GitHub links
-  become plain local buttons, so a page loads nothing from another host; below them, whether the
-  lesson is verified on a TPU, as the hardware records decide (``hardware.records``);
-- the navigation cell (id "navigation") is hidden: the theme links the previous and next pages.
+It executes nothing: it copies ``book/`` and the run's executed notebooks (``runner.folders``)
+into OUT/src, with the generated pages (``book.pages``) in OUT/src/_generated, and runs Sphinx with
+``-W --keep-going``, so any warning (a broken link, a missing page, math needing a CDN) fails the
+build. Only changed files are rewritten, so an unchanged build takes seconds. The site is OUT/html.
 """
 
 from __future__ import annotations
@@ -30,17 +20,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repository, for helpers
 
 import repository  # noqa: E402
-from notebook_files import ROOT, notebook_paths, settings  # noqa: E402
+from notebook_files import ROOT, notebook_paths, read, settings  # noqa: E402
 from runner.folders import run_folder  # noqa: E402
 
-from book.pages import book_records, generated_pages  # noqa: E402
+from book.pages import generated_pages  # noqa: E402
 from hardware import records as hardware_records  # noqa: E402
 
+ASIDE_END = {"cell_type": "markdown", "metadata": {}, "source": "</details>\n"}  # ends a fold
 BADGE = re.compile(r"\[!\[([^\]]+)\]\([^)]*\)\]\(([^)]+)\)")  # [![label](image)](target)
 
 
-def _write_if_changed(path: Path, content: str | bytes) -> Path:
-    data = content.encode() if isinstance(content, str) else content
+def _write_if_changed(path: Path, data: bytes) -> Path:
     if not path.exists() or path.read_bytes() != data:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -52,10 +42,8 @@ def _text(value: str | list[str]) -> str:
 
 
 def join_streams(outputs: list[dict]) -> list[dict]:
-    """Join consecutive outputs of the same stream, in order, as Jupyter shows them.
-
-    (MyST-NB's own nb_merge_streams would put all of a cell's stdout before all of its stderr.)
-    """
+    """Join consecutive outputs of the same stream, in order, as Jupyter shows them (MyST-NB's
+    nb_merge_streams would put all of a cell's stdout before all of its stderr)."""
     joined: list[dict] = []
     for out in outputs:
         last = joined[-1] if joined else None
@@ -68,8 +56,8 @@ def join_streams(outputs: list[dict]) -> list[dict]:
 
 
 def book_notebook(nb: dict, hardware: str = "") -> dict:
-    """The book's copy of an executed notebook (see the module docstring); ``hardware``: the
-    lesson's "verified on a TPU" words."""
+    """The book's copy of an executed notebook: streams joined, the badges made local links with
+    ``hardware`` (the "verified on a TPU" words) below, the navigation cell hidden."""
     for cell in nb["cells"]:
         if cell.get("outputs"):
             cell["outputs"] = join_streams(cell["outputs"])
@@ -80,32 +68,24 @@ def book_notebook(nb: dict, hardware: str = "") -> dict:
             if hardware:
                 cell["source"] += f"\nOn TPU hardware: {hardware} ([records](hardware.md)).\n"
         elif cell.get("id") == "navigation":
-            _tag(cell, "remove-cell")
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if "remove-cell" not in tags:
+                tags.append("remove-cell")
     nb["cells"] = fold_asides_and_guards(nb["cells"])
     return nb
 
 
-def _tag(cell: dict, tag: str) -> None:
-    tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-    if tag not in tags:
-        tags.append(tag)
-
-
 def fold_asides_and_guards(cells: list[dict]) -> list[dict]:
-    """Fold what CONTRIBUTING.md calls asides: the page shows one toggle for each (a guard's
-    input is left out already: its ``remove-input`` tag). An aside, from its ``## Aside``
-    heading to its last cell tagged ``aside``, goes into one ``<details>`` element opened below
-    the heading and closed by a cell of its own, so its prose, code and outputs open together.
-    The element stays inside the heading's section; subheadings in it become bold lines, since a
-    section cannot start inside ``<details>``.
-    """
+    """Fold each aside (CONTRIBUTING.md), from its ``## Aside`` heading to its last cell tagged
+    ``aside``, into one ``<details>`` element; its subheadings become bold lines, as a section
+    cannot start inside ``<details>``. (A guard's input is hidden by its own tag.)"""
     folded, open_aside = [], False
     for cell in cells:
         tags = cell.get("metadata", {}).get("tags", [])
         text = _text(cell["source"])
         starts = cell["cell_type"] == "markdown" and text.startswith("## Aside")
         if open_aside and ("aside" not in tags or starts):
-            folded.append(_closing(len(folded)))
+            folded.append({**ASIDE_END, "id": f"aside-end-{len(folded)}"})
             open_aside = False
         if "aside" in tags and cell["cell_type"] == "markdown":
             heading = ""
@@ -117,23 +97,13 @@ def fold_asides_and_guards(cells: list[dict]) -> list[dict]:
             cell["source"] = heading + body + "\n"
         folded.append(cell)
     if open_aside:
-        folded.append(_closing(len(folded)))
+        folded.append({**ASIDE_END, "id": f"aside-end-{len(folded)}"})
     return folded
 
 
-def _closing(index: int) -> dict:
-    return {
-        "cell_type": "markdown",
-        "id": f"aside-end-{index}",
-        "metadata": {},
-        "source": "</details>\n",
-    }
-
-
-def assemble(run: Path, src: Path, records: list[dict] | None = None) -> tuple[int, bool]:
-    """Fill ``src`` with the book's sources; remove what an earlier build left and this one did
-    not. Returns the number of lessons and whether anything was removed (then the site is
-    rebuilt from scratch, so no page of a removed source stays in it)."""
+def assemble(run: Path, src: Path, records: list[dict]) -> tuple[int, bool]:
+    """Fill ``src`` with the book's sources and remove what this build did not write; return the
+    number of lessons and whether anything was removed (then the site is rebuilt from scratch)."""
     executed = run / "executed"
     names = [p.name for p in notebook_paths()]
     missing = [n for n in names if not (executed / n).exists()]
@@ -143,17 +113,16 @@ def assemble(run: Path, src: Path, records: list[dict] | None = None) -> tuple[i
             "`make run` (or `make smoke` for `make book SMOKE=1`) first."
         )
     written: set[Path] = set()
-    records = book_records() if records is None else records
     for name in names:
         hardware = hardware_records.lesson_status(name, records)
-        nb = book_notebook(json.loads((executed / name).read_text(encoding="utf-8")), hardware)
+        nb = book_notebook(read(executed / name), hardware)
         text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
-        written.add(_write_if_changed(src / name, text))
+        written.add(_write_if_changed(src / name, text.encode()))
     for path in (ROOT / "book").rglob("*"):
         if path.is_file():
             written.add(_write_if_changed(src / path.relative_to(ROOT / "book"), path.read_bytes()))
     for name, text in generated_pages(run, names, records).items():
-        written.add(_write_if_changed(src / "_generated" / name, text))
+        written.add(_write_if_changed(src / "_generated" / name, text.encode()))
     stale = [p for p in src.rglob("*") if p.is_file() and p not in written]
     for path in stale:
         path.unlink()
@@ -165,21 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="from the smoke run, not the full")
     parser.add_argument("--run", type=Path, help="the run's folder (default: from --smoke)")
     parser.add_argument("--out", type=Path, help="default: build/book, or build/book-smoke")
-    parser.add_argument(
-        "--records",
-        type=Path,
-        action="append",
-        help="a folder of hardware records (default: hardware/records and build/hardware/records)",
-    )
+    parser.add_argument("--records", type=Path, action="append", help="a hardware records folder")
     args = parser.parse_args(argv)
-    mode = "smoke" if args.smoke else "full"
-    run = (args.run or run_folder(mode)).resolve()
+    run = (args.run or run_folder("smoke" if args.smoke else "full")).resolve()
     out = (args.out or ROOT / "build" / ("book-smoke" if args.smoke else "book")).resolve()
     if not (run / "summary.json").exists():
         raise SystemExit(f"{run} holds no run: `make {'smoke' if args.smoke else 'run'}` first")
     src, html = out / "src", out / "html"
-    records = hardware_records.load(*args.records) if args.records else None
-    count, removed = assemble(run, src, records)
+    # By default the committed records and this machine's dry runs.
+    folders = args.records or [hardware_records.RECORDS, hardware_records.LOCAL_RECORDS]
+    count, removed = assemble(run, src, hardware_records.load(*folders))
     if removed:
         shutil.rmtree(html, ignore_errors=True)
         shutil.rmtree(out / "doctrees", ignore_errors=True)

@@ -2,19 +2,11 @@
 
     python tools/book/check.py [--smoke] [--book build/book]
 
-For every page of BOOK/html it checks that:
-- the page loads with no console error, no uncaught exception and no failed request;
-- it requests nothing from a host other than 127.0.0.1 (such requests are blocked and reported:
-  the site must render with no network, fonts and scripts included);
-- every <img> has loaded (natural width > 0);
-- every link to the site itself resolves, #anchors included;
-- a lesson page shows one output block for each code cell of the executed notebook that has
-  outputs (BOOK/src holds the notebooks the pages were built from), and no Markdown output
-  whose table stayed as text;
-- its weight (every file it loads, uncompressed) stays within the budget below.
-Then it types `steps_per_execution` into the search box and expects lesson 03_keras_compile_and_fit among the
-results, and saves screenshots of the landing page and two lessons to BOOK/screenshots.
-It exits 1 if any check fails, listing each failure.
+Every page of BOOK/html must load with no error, failed request or request to another host (the
+site must render offline), render its images, resolve its links to the site (#anchors too) and
+keep to the weight budget; a lesson page must show the outputs of the notebook it was built from
+(BOOK/src). A search must find lesson 03_keras_compile_and_fit. Screenshots of three pages go to
+BOOK/screenshots. It exits 1 if any check fails, listing each failure.
 """
 
 from __future__ import annotations
@@ -34,9 +26,8 @@ from browser import launch, serve  # noqa: E402
 from notebook_files import ROOT  # noqa: E402
 
 # Budget per page, uncompressed bytes. The theme's files and the search index are about 2.5 MB
-# on every page (1.56 MB of it Font Awesome's script); the page itself (HTML and plots) measured
-# at most 0.24 MB in the smoke run. GitHub Pages compresses text, so a reader downloads about a
-# third of this, and the theme's files once.
+# (1.56 MB of it Font Awesome's script); a page's HTML and plots measured at most 0.24 MB in the
+# smoke run. GitHub Pages compresses text, to about a third, and the theme's files load once.
 PAGE_OWN_BUDGET = 1_500_000  # the HTML and its images
 PAGE_TOTAL_BUDGET = 4_000_000  # everything the page loads
 LESSON = re.compile(r"^\d\d_.+\.html$")
@@ -45,42 +36,53 @@ SEARCH_WORD, SEARCH_PAGE = "steps_per_execution", "03_keras_compile_and_fit.html
 
 def expected_outputs(notebook: Path) -> int:
     """Code cells with outputs that the page shows (MyST-NB hides remove-output / remove-cell)."""
-    cells = json.loads(notebook.read_text())["cells"]
     hidden = {"remove-cell", "remove-output"}
     return sum(
-        1
-        for c in cells
-        if c["cell_type"] == "code"
-        and c.get("outputs")
+        c["cell_type"] == "code"
+        and bool(c.get("outputs"))
         and not hidden & set(c.get("metadata", {}).get("tags", []))
+        for c in json.loads(notebook.read_text())["cells"]
     )
 
 
 class Checker:
-    def __init__(self, site: Path, src: Path, base: str):
-        self.site, self.src, self.base = site, src, base
+    def __init__(self, src: Path, base: str):
+        self.src, self.base = src, base
         self.failures: list[str] = []
         self.links: dict[str, str] = {}  # internal URL -> first page linking to it
-        self.weights: dict[str, tuple[int, int, int]] = {}  # page -> (own, total, requests)
+        self.weights: dict[str, tuple[int, int]] = {}  # page -> (own, total) bytes
         self.images = 0
 
     def fail(self, page: str, what: str) -> None:
         self.failures.append(f"{page}: {what}")
 
-    def local(self, url: str) -> bool:
-        return url.startswith(self.base)
-
-    def check_page(self, context, name: str):
+    def new_page(self, context, name: str):
+        """A page whose console errors and requests to other hosts (blocked) fail ``name``."""
         page = context.new_page()
-        sizes: dict[str, int] = {}
         page.on(
             "console",
             lambda m: m.type == "error" and self.fail(name, f"console error: {m.text[:200]}"),
         )
+
+        def route(r):
+            if r.request.url.startswith(self.base) or r.request.url.startswith("data:"):
+                return r.continue_()
+            self.fail(name, f"request to another host: {r.request.url[:160]}")
+            return r.abort()
+
+        page.route("**/*", route)  # routing also turns the HTTP cache off
+        return page
+
+    def check_page(self, context, name: str):
+        page = self.new_page(context, name)
+        sizes: dict[str, int] = {}
         page.on("pageerror", lambda e: self.fail(name, f"uncaught exception: {str(e)[:200]}"))
         page.on(
             "requestfailed",
-            lambda r: self.local(r.url) and self.fail(name, f"request failed: {r.url} {r.failure}"),
+            lambda r: (
+                r.url.startswith(self.base)
+                and self.fail(name, f"request failed: {r.url} {r.failure}")
+            ),
         )
 
         def on_response(resp):
@@ -89,14 +91,6 @@ class Checker:
             sizes[resp.url] = int(resp.headers.get("content-length", 0))
 
         page.on("response", on_response)
-
-        def route(r):
-            if self.local(r.request.url) or r.request.url.startswith("data:"):
-                return r.continue_()
-            self.fail(name, f"request to another host: {r.request.url[:160]}")
-            return r.abort()
-
-        page.route("**/*", route)  # routing also turns the HTTP cache off: each page loads in full
         page.goto(self.base + name, wait_until="networkidle")
         imgs = page.evaluate("""async () => {
             const imgs = [...document.images];
@@ -108,7 +102,7 @@ class Checker:
             if not width:
                 self.fail(name, f"image not rendered: {src[:120]}")
         for href in page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)"):
-            if self.local(href):
+            if href.startswith(self.base):
                 self.links.setdefault(href, name)
         if LESSON.match(name):
             shown = page.locator("div.cell_output").count()
@@ -123,7 +117,7 @@ class Checker:
                 self.fail(name, f"{raw} Markdown output(s) show a table as text")
         own = sum(n for u, n in sizes.items() if u.split("?")[0].endswith(name) or "/_images/" in u)
         total = sum(sizes.values())
-        self.weights[name] = (own, total, len(sizes))
+        self.weights[name] = (own, total)
         if own > PAGE_OWN_BUDGET or total > PAGE_TOTAL_BUDGET:
             self.fail(name, f"weight {own:,} B own / {total:,} B in all, over the budget")
         return page
@@ -140,19 +134,13 @@ class Checker:
                 except OSError as err:
                     ids[target] = None
                     self.fail(source, f"broken link {url}: {err}")
-            if ids[target] is None:
-                continue
-            if fragment and target.endswith(".html"):
-                if unquote(fragment) not in ids[target]:
+            found = ids[target]
+            if found is not None and fragment and target.endswith(".html"):
+                if unquote(fragment) not in found:
                     self.fail(source, f"link to a missing anchor: {url}")
 
     def check_search(self, context) -> list[str]:
-        page = context.new_page()
-        page.on(
-            "console",
-            lambda m: m.type == "error" and self.fail("search", f"console error: {m.text[:200]}"),
-        )
-        page.route("**/*", lambda r: r.continue_() if self.local(r.request.url) else r.abort())
+        page = self.new_page(context, "search")
         page.goto(self.base + "index.html", wait_until="networkidle")
         page.keyboard.press("Control+k")  # the theme's search dialog
         box = page.locator("input[name=q]:visible").first
@@ -173,34 +161,34 @@ class Checker:
 
 
 def check(book: Path) -> tuple[Checker, dict]:
-    """Check every page of the built site (``html``); return the checker (its ``failures``) and the counts."""
+    """Check every page of the built site; return the checker (its ``failures``) and counts."""
     site, shots = book / "html", book / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     pages = sorted(p.name for p in site.glob("*.html"))
     start = time.monotonic()
     with serve(site) as base, launch() as browser:
-        checker = Checker(site, book / "src", base)
+        checker = Checker(book / "src", base)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         for name in pages:
             page = checker.check_page(context, name)
             if name in ("index.html", SEARCH_PAGE, "06_input_pipelines.html"):
                 page.screenshot(path=str(shots / name.replace(".html", ".png")))
                 if name != "index.html":  # and the first plot or table it shows
-                    page.locator(
-                        "div.cell_output img, div.cell_output table"
-                    ).first.scroll_into_view_if_needed()
+                    output = page.locator("div.cell_output img, div.cell_output table").first
+                    output.scroll_into_view_if_needed()
                     page.screenshot(path=str(shots / name.replace(".html", "-output.png")))
             page.close()
         found = checker.check_search(context)
         checker.check_links()
-    heavy = max(checker.weights.items(), key=lambda kv: kv[1][1])
+    heavy = max(checker.weights, key=lambda page: checker.weights[page][1])
+    own, total = checker.weights[heavy]
     counts = {
         "pages": len(pages),
         "lessons": sum(bool(LESSON.match(p)) for p in pages),
         "internal_links": len(checker.links),
         "images": checker.images,
         "search_results": len(found),
-        "heaviest": {"page": heavy[0], "own": heavy[1][0], "total": heavy[1][1]},
+        "heaviest": {"page": heavy, "own": own, "total": total},
         "seconds": round(time.monotonic() - start, 1),
         "screenshots": str(shots),
     }

@@ -1,14 +1,7 @@
 """The book's pieces made from data, never typed: each is a Markdown file a page includes.
 
-- ``lesson_map.md``: the lessons, from notebooks/manifest.toml and the badge links;
-- ``routes.md``, ``route_facts.md``, ``failures.md``: from tpucheck.routes and tpucheck.failures,
-  the routes' "verified on a TPU" column from the hardware records (``hardware.records``);
-- ``hardware.md``: every hardware record, committed (hardware/records/) or a dry run of this
-  machine (build/hardware/records/), for the "Verified on hardware" page;
-- ``stacks.md``: the Python and TensorFlow pairs CI runs, from the requirements files;
-- ``measured.md``: the run the book was built from (its summary.json: every lesson's status,
-  time, headline and the numbers it recorded), then CI's timings when
-  the machine that builds the book has them (build/ci-timings.json).
+The data: notebooks/manifest.toml, ``tpucheck.routes`` and ``tpucheck.failures``, the hardware
+records, the requirements files, the JupyterLab tests, the run's summary.json and CI's timings.
 """
 
 from __future__ import annotations
@@ -57,13 +50,13 @@ def route_facts() -> str:
 
 
 def _pins(path: Path) -> dict[str, str]:
-    pins, notes = {}, {}
+    pins = {}
     for line in path.read_text().splitlines():
         if match := re.match(r"^# (python|replicas|stands in for): (.+)$", line):
-            notes[match.group(1)] = match.group(2).strip()
+            pins[f"#{match[1]}"] = match[2].strip()
         elif match := re.match(r"^([A-Za-z][\w.-]*)==([\w.]+)", line):
-            pins[match.group(1).lower()] = match.group(2)
-    return {**pins, **{f"#{k}": v for k, v in notes.items()}}
+            pins[match[1].lower()] = match[2]
+    return pins
 
 
 def stacks() -> dict[str, dict[str, str]]:
@@ -123,34 +116,8 @@ def run_page(run: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ci_page(build: Path) -> str:
-    """CI's timings (``.ci/run``), or "" when this machine has none."""
-    timings = build / "ci-timings.json"
-    if not timings.exists():
-        return ""
-    data = json.loads(timings.read_text())
-    lines = [
-        f"`.ci/run` at commit `{data['commit']}`, {data['date']}, on {data['machine']}: "
-        f"**{data['total_seconds']:,} s** in all.",
-        "",
-        "| part | seconds |",
-        "|---|---:|",
-    ]
-    lines += [f"| {part} | {seconds:,} |" for part, seconds in data["parts"].items()]
-    return "\n".join(lines) + "\n"
-
-
-def book_records() -> list[dict]:
-    """The records the book shows: the committed ones and this machine's dry runs."""
-    return hardware_records.load(hardware_records.RECORDS, hardware_records.LOCAL_RECORDS)
-
-
-def generated_pages(
-    run: Path, names: list[str], records: list[dict] | None = None
-) -> dict[str, str]:
+def generated_pages(run: Path, names: list[str], records: list[dict]) -> dict[str, str]:
     """Every generated piece, by file name, for a book of ``names`` built from ``run``."""
-    build = ROOT / "build"
-    records = book_records() if records is None else records
     return {
         "lesson_map.md": lesson_map(names),
         "routes.md": routes.markdown_table(hardware_records.verified_routes(records)) + "\n",
@@ -159,16 +126,13 @@ def generated_pages(
         "failures.md": failures.markdown_table() + "\n",
         "stacks.md": stacks_table(),
         "lab_checks.md": lab_checks(),
-        "measured.md": measured_page(run, build),
+        "measured.md": measured_page(run),
     }
 
 
 def lab_checks() -> str:
-    """What the JupyterLab checks do, read from their test module: one line per test.
-
-    Each test's name is its statement, and the lessons it opens are its module's constants, so
-    this page cannot say a check does what it no longer does.
-    """
+    """What the JupyterLab checks do, one line per test: its name, and the lessons it opens (its
+    module's constants), read from the test module, so the page cannot go stale."""
     module = ROOT / "tests" / "test_browser_lab.py"
     tree = ast.parse(module.read_text(encoding="utf-8"))
     constants = {
@@ -190,8 +154,21 @@ def lab_checks() -> str:
     return "\n".join(lines) + "\n"
 
 
-def measured_page(run: Path, build: Path) -> str:
-    """The Measured page's sections: the run, then the benchmark and CI when there are any."""
-    sections = [("The run this book was built from", run_page(run))]
-    sections += [("Continuous integration", ci_page(build))]
-    return "\n".join(f"## {title}\n\n{body}" for title, body in sections if body)
+def measured_page(run: Path) -> str:
+    """The Measured page: the run the book was built from, then CI's timings if there are any."""
+    text = f"## The run this book was built from\n\n{run_page(run)}"
+    timings = ROOT / "build" / "ci-timings.json"
+    if not timings.exists():
+        return text
+    data = json.loads(timings.read_text())
+    lines = [
+        "## Continuous integration",
+        "",
+        f"`.ci/run` at commit `{data['commit']}`, {data['date']}, on {data['machine']}: "
+        f"**{data['total_seconds']:,} s** in all.",
+        "",
+        "| part | seconds |",
+        "|---|---:|",
+    ]
+    lines += [f"| {part} | {seconds:,} |" for part, seconds in data["parts"].items()]
+    return text + "\n" + "\n".join(lines) + "\n"

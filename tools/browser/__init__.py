@@ -1,9 +1,8 @@
 """The headless browser that checks what readers see: the book (``tools/book``) and JupyterLab.
 
-Chromium comes from the distribution's packages (``apt-get install chromium``); Playwright's
-Python package drives it through its executable path (no ``playwright install``, which downloads a
-browser of its own). Every page is served from 127.0.0.1, and Chromium's own background traffic is
-switched off, so a check needs no network; a request to any other host is a finding.
+Playwright drives the distribution's Chromium (``apt-get install chromium``, no ``playwright
+install``). Pages are served from 127.0.0.1 and Chromium's background traffic is off: a check
+needs no network, and a request to any other host is a finding.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import functools
 import http.server
 import os
 import shutil
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,13 +29,10 @@ CHROMIUM_ARGS = [
 
 
 def chromium() -> str:
-    """The Chromium executable, or RuntimeError saying how to install it."""
+    """The Chromium executable (or ``CHROMIUM``), or RuntimeError saying how to install it."""
     named = os.environ.get("CHROMIUM")
-    found = (
-        shutil.which(named)
-        if named
-        else shutil.which("chromium") or shutil.which("chromium-browser")
-    )
+    names = [named] if named else ["chromium", "chromium-browser"]
+    found = next(filter(None, map(shutil.which, names)), None)
     if not found:
         raise RuntimeError(
             "Chromium is not installed: `sudo apt-get install chromium` (Debian, Ubuntu), or set "
@@ -59,12 +54,6 @@ def launch() -> Iterator[object]:
             browser.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):  # one line per request is noise in a test log
         pass
@@ -75,8 +64,7 @@ def serve(folder: Path) -> Iterator[str]:
     """Serve ``folder`` on 127.0.0.1 for the ``with`` block; yields its base URL."""
     handler = functools.partial(_Quiet, directory=str(folder))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:

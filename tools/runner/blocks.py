@@ -1,18 +1,13 @@
-"""The runner's side of ``helpers.blocks.runs_on``: did each declared block run where it says?
-
-The declarations are read from the executed notebook's cells (as IPython compiles them, so a
-record's digest finds its cell); the records are what the kernel appended to the results file.
-"""
+"""The runner's side of ``helpers.blocks.runs_on``: did each declared block run where it says?"""
 
 from __future__ import annotations
 
 import ast
 import glob
-import json
 import os
-from dataclasses import dataclass
 
 from IPython.core.inputtransformer2 import TransformerManager
+from notebook_files import read, source
 
 from helpers.blocks import RECORD, is_place, source_digest
 from tpucheck import runtime
@@ -43,39 +38,22 @@ PLATFORM_NAMES = {
 }
 
 _TRANSFORM = TransformerManager()
-
-
-@dataclass(frozen=True)
-class Block:
-    cell: int  # the cell's index in the notebook
-    line: int  # the line of the runs_on call in the cell
-    places: tuple[str, ...]
-    digest: str  # of the cell's code as IPython compiles it
-
-    def where(self) -> str:
-        return f"cell {self.cell}, line {self.line}"
+ALWAYS_KNOWN = {"TPU", "GPU", "CPU", "one host", "pod", "Colab", "Kaggle"}
 
 
 def places_of_run(hardware: str, replicas: int | None, platform: str | None = None) -> set[str]:
-    """The places a run is at: its ``hardware`` ("TPU", "GPU" or "CPU": :func:`hardware`), Colab
-    or Kaggle (``platform``, from ``tpucheck.runtime.detect_platform``), and its replica count
-    (None where the runner cannot know it: on a TPU or GPUs only TensorFlow counts the cores, and
-    blocks declared by replica count are not judged there)."""
-    places = {hardware, "pod" if hardware == "TPU" and _tpu_hosts() > 1 else "one host"}
+    """The places a run is at: its ``hardware``, Colab or Kaggle (``platform``), and its replica
+    count (None on a TPU or GPUs, where only TensorFlow counts: blocks by count go unjudged)."""
+    # The hosts of a TPU slice: Cloud TPU VMs set this variable (unverified on hardware).
+    hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    places = {hardware, "pod" if hardware == "TPU" and len(hosts) > 1 else "one host"}
     if platform in ("colab", "kaggle"):
         places.add(platform.capitalize())
-    if replicas is None:
-        return places
-    if hardware == "CPU" and replicas > 1:
-        places.add("simulated TPU")
-    places.add("one replica" if replicas == 1 else "several replicas")
-    places.add(f"{replicas} replicas")
+    if replicas is not None:
+        places |= {"one replica" if replicas == 1 else "several replicas", f"{replicas} replicas"}
+        if hardware == "CPU" and replicas > 1:
+            places.add("simulated TPU")
     return places
-
-
-def _tpu_hosts() -> int:
-    """The hosts of this TPU slice, from the variable Cloud TPU VMs set (unverified on hardware)."""
-    return len([h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()])
 
 
 def hardware() -> str:
@@ -95,12 +73,11 @@ def _judged(place: str, run_places: set[str]) -> bool:
     return known_count or all(part in ALWAYS_KNOWN for part in place.split(" and "))
 
 
-ALWAYS_KNOWN = {"TPU", "GPU", "CPU", "one host", "pod", "Colab", "Kaggle"}
-
-
-def _code(cell: dict) -> str:
-    raw = cell.get("source", "")
-    return _TRANSFORM.transform_cell("".join(raw) if isinstance(raw, list) else raw)
+def _code_cells(notebook: dict):
+    """(index, code as IPython compiles it) of each code cell."""
+    for index, cell in enumerate(notebook.get("cells", [])):
+        if cell.get("cell_type") == "code":
+            yield index, _TRANSFORM.transform_cell(source(cell))
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -130,18 +107,13 @@ def conditional_blocks(notebook: dict) -> list[tuple[int, int, str, tuple[str, .
     """(cell, line, condition, declared places or None) of each block whose condition names
     where the lesson runs (:data:`PLATFORM_NAMES`); its first statement must be ``runs_on``."""
     found = []
-    for index, cell in enumerate(notebook.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
-        code = _code(cell)
+    for index, code in _code_cells(notebook):
         for node in _top_level_ifs(ast.parse(code)):
             if not _names(node.test) & PLATFORM_NAMES:
                 continue
             first = node.body[0]
-            places = None
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Call):
-                calls = list(_calls(ast.unparse(first)))
-                places = calls[0][1] if calls else None
+            call = isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)
+            places = next((declared for _, declared in _calls(first)), None) if call else None
             found.append((index, node.lineno, ast.unparse(node.test), places))
     return found
 
@@ -150,20 +122,18 @@ def listing(paths) -> str:
     """A Markdown table of every conditional block in the notebooks at ``paths``."""
     lines = ["| lesson | cell | condition | runs on |", "|---|---:|---|---|"]
     for path in paths:
-        notebook = json.loads(path.read_text(encoding="utf-8"))
-        for cell, _, condition, places in conditional_blocks(notebook):
+        for cell, _, condition, places in conditional_blocks(read(path)):
             where = ", ".join(places) if places else "**undeclared**"
             lines.append(f"| {path.name[:2]} | {cell} | `{condition}` | {where} |")
     return "\n".join(lines)
 
 
-def _calls(code: str):
-    """(line, places) of each ``runs_on("...")`` call in ``code``; places must be literals."""
-    for node in ast.walk(ast.parse(code)):
+def _calls(tree: ast.AST):
+    """(line, places) of each ``runs_on("...")`` call in ``tree``; places must be literals."""
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
-        if name != "runs_on":
+        if getattr(node.func, "id", getattr(node.func, "attr", None)) != "runs_on":
             continue
         places = tuple(arg.value for arg in node.args if isinstance(arg, ast.Constant))
         if len(places) != len(node.args) or not all(map(is_place, places)):
@@ -171,26 +141,10 @@ def _calls(code: str):
         yield node.lineno, places
 
 
-def declared(notebook: dict) -> list[Block]:
-    """Every ``runs_on`` declaration in the notebook's code cells."""
-    blocks = []
-    for index, cell in enumerate(notebook.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
-        code = _code(cell)
-        if "runs_on" not in code:
-            continue
-        digest = source_digest(code)
-        blocks += [Block(index, line, places, digest) for line, places in _calls(code)]
-    return blocks
-
-
 def misplaced(notebook: dict, results: dict, run_places: set[str], completed: bool) -> list[str]:
-    """One sentence per block that did not run where it says, or ran where it says it does not.
-
-    ``completed``: the notebook ran to its end; otherwise a block after the failing cell is not
-    blamed for not running.
-    """
+    """One sentence per block that did not run where it says, or ran where it says it does not
+    (read from the cells as IPython compiles them: the digest the kernel recorded finds its cell).
+    Unless ``completed`` (ran to its end), a block in a cell that never ran is not blamed."""
     ran = {(digest, line) for digest, line, _ in results.get(f"_{RECORD}", [])}
     executed_cells = {
         i
@@ -198,24 +152,24 @@ def misplaced(notebook: dict, results: dict, run_places: set[str], completed: bo
         if cell.get("cell_type") == "code" and cell.get("execution_count") is not None
     }
     problems = []
-    for block in declared(notebook):
-        if not all(_judged(place, run_places) for place in block.places):
+    for cell, code in _code_cells(notebook):
+        if "runs_on" not in code:
             continue
-        meant = any(_meant(place, run_places) for place in block.places)
-        did = (block.digest, block.line) in ran
-        names = " or ".join(block.places)
-        if meant and not did and (completed or block.cell in executed_cells):
-            problems.append(
-                f"a block for {names} did not run on {describe(run_places)} ({block.where()})"
-            )
-        elif did and not meant:
-            problems.append(
-                f"a block declared for {names} ran on {describe(run_places)} ({block.where()})"
-            )
+        digest = source_digest(code)
+        for line, places in _calls(ast.parse(code)):
+            if not all(_judged(place, run_places) for place in places):
+                continue
+            meant = any(_meant(place, run_places) for place in places)
+            did = (digest, line) in ran
+            at = f"on {describe(run_places)} (cell {cell}, line {line})"
+            if meant and not did and (completed or cell in executed_cells):
+                problems.append(f"a block for {' or '.join(places)} did not run {at}")
+            elif did and not meant:
+                problems.append(f"a block declared for {' or '.join(places)} ran {at}")
     return problems
 
 
 def describe(run_places: set[str]) -> str:
-    """The run's place in words: "no TPU, 8 replicas"."""
+    """The run's place in words: "CPU, one host, 8 replicas"."""
     kinds = [p for p in run_places if p in ALWAYS_KNOWN or p[0].isdigit()]
     return ", ".join(sorted(kinds, key=lambda p: (p[0].isdigit(), p)))

@@ -1,8 +1,4 @@
-"""What a notebook's result depends on, and the record of the runs that passed (``cache.json``).
-
-A notebook is skipped when it passed before with the same notebook file, the same helpers, the
-same parameters and the same Python, TensorFlow and JAX.
-"""
+"""What a notebook's result depends on, and the runs that passed, kept in ``cache.json``."""
 
 from __future__ import annotations
 
@@ -16,8 +12,6 @@ from notebook_files import ROOT
 
 from helpers.processes import tensorflow_version
 from tpucheck import host as versions
-
-FILE = "cache.json"
 
 
 def stack() -> dict[str, str]:
@@ -43,12 +37,13 @@ class Cache:
     """The runs of one output folder that passed, by notebook name; saved after every change."""
 
     def __init__(self, folder: Path):
-        self.path = folder / FILE
+        self.folder, self.path = folder, folder / "cache.json"
         self.entries = json.loads(self.path.read_text()) if self.path.exists() else {}
 
-    def hit(self, name: str, key: str, executed: Path) -> dict | None:
+    def hit(self, name: str, key: str) -> dict | None:
         """The entry of ``name`` if it passed with ``key`` and its executed copy still exists."""
         entry = self.entries.get(name)
+        executed = self.folder / "executed" / name
         return entry if entry and entry["key"] == key and executed.exists() else None
 
     def last_seconds(self, name: str) -> float:
@@ -56,8 +51,7 @@ class Cache:
 
     def record(self, name: str, key: str, row: dict) -> None:
         if row["status"] == "passed":
-            when = time.strftime("%Y-%m-%d %H:%M")
-            self.entries[name] = {"key": key, "when": when, "row": row}
+            self.entries[name] = {"key": key, "when": time.strftime("%Y-%m-%d %H:%M"), "row": row}
         else:
             self.entries.pop(name, None)
         self.path.write_text(json.dumps(self.entries, indent=2))

@@ -1,10 +1,4 @@
-"""One notebook, executed headless by papermill, with its parameters and kept files.
-
-The executed copy is saved by papermill after every cell, so an interrupted or failed run keeps
-everything up to the cell that stopped it. The numbers a notebook records with
-``helpers.results.record`` reach ``results/NN_name.json`` through an environment variable that
-the kernel inherits.
-"""
+"""One notebook, executed headless by papermill, with its parameters and kept files."""
 
 from __future__ import annotations
 
@@ -23,12 +17,8 @@ from tpucheck import runtime
 
 
 def kept_files_parameters(path: Path, out: Path, kept_files: dict[str, str]) -> dict:
-    """``{parameter: folder}`` for the kept-files parameters that ``path`` declares.
-
-    Each folder is ``out/files/NN_name/<sub-folder>``, emptied for this run: a notebook left to
-    itself makes a new temporary folder (right for a reader who opens TensorBoard afterwards);
-    a headless run replaces its own folder instead, so repeated runs leave nothing behind.
-    """
+    """``{parameter: out/files/NN_name/<sub-folder>}`` for the kept-files parameters ``path``
+    declares, each folder emptied: repeated runs leave nothing behind."""
     declared = papermill.inspect_notebook(str(path))
     folders = {}
     for name, sub in kept_files.items():
@@ -40,17 +30,6 @@ def kept_files_parameters(path: Path, out: Path, kept_files: dict[str, str]) -> 
     return folders
 
 
-def replicas_of(path: Path, parameters: dict) -> int | None:
-    """The replicas a run of ``path`` has on a CPU: the ``SIMULATED_REPLICAS`` passed, else the
-    notebook's own default; None on a TPU or GPUs (there the hardware decides)."""
-    if blocks.hardware() != "CPU":
-        return None
-    if "SIMULATED_REPLICAS" in parameters:
-        return int(parameters["SIMULATED_REPLICAS"])
-    declared = papermill.inspect_notebook(str(path)).get("SIMULATED_REPLICAS")
-    return int(declared["default"]) if declared else 1
-
-
 def run_one(
     path: Path, out: Path, parameters: dict, cell_timeout: int, kept_files: dict | None = None
 ) -> dict:
@@ -60,11 +39,10 @@ def run_one(
     for folder in (results.parent, executed.parent):
         folder.mkdir(parents=True, exist_ok=True)
     results.unlink(missing_ok=True)
-    os.environ[RESULTS_ENV] = str(results)  # the kernel inherits this environment
+    os.environ[RESULTS_ENV] = str(results)  # for helpers.results.record: the kernel inherits it
     row = {"notebook": path.name, "status": "passed", "error": "", "parameters": parameters}
     start = time.perf_counter()
-    peak = memory.PeakMemory()  # the kernel and the processes it starts
-    with peak:
+    with memory.PeakMemory() as peak:  # the kernel and the processes it starts
         try:
             papermill.execute_notebook(
                 str(path),
@@ -75,10 +53,8 @@ def run_one(
                 execution_timeout=cell_timeout,
                 progress_bar=sys.stderr.isatty(),
                 log_output=False,
-                # The kernel's own log is not for the reader: its start-up warning (TCP on loopback),
-                # and "KeyboardInterrupt caught in kernel", which jupyter_client's shutdown (an
-                # interrupt first) sometimes causes after the last cell. A kernel that really fails
-                # shows as a failed cell or a dead kernel in the row of its notebook.
+                # The kernel's own log (a warning about TCP on loopback, a "KeyboardInterrupt
+                # caught in kernel" at shutdown) is noise: a failing kernel fails a cell anyway.
                 extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
             )
         except Exception as err:  # papermill raises on a failing cell; report it and go on
@@ -88,17 +64,18 @@ def run_one(
     row["peak_gib"] = peak.gib
     row["results"] = json.loads(results.read_text()) if results.exists() else {}
     row["executed"] = str(executed)
-    problems = []
+    hardware, problems = blocks.hardware(), []
     if executed.exists():
         notebook = json.loads(executed.read_text(encoding="utf-8"))
         row.update(summary.inspect(notebook))
-        places = blocks.places_of_run(
-            blocks.hardware(), replicas_of(path, parameters), runtime.detect_platform()
-        )
-        completed = row["status"] == "passed"
-        problems = blocks.misplaced(notebook, row["results"], places, completed)
+        replicas = None  # on a TPU or GPUs the hardware decides, and only TensorFlow counts them
+        if hardware == "CPU":  # the SIMULATED_REPLICAS passed, else the notebook's own default
+            declared = papermill.inspect_notebook(str(path)).get("SIMULATED_REPLICAS", {})
+            replicas = int(parameters.get("SIMULATED_REPLICAS", declared.get("default", 1)))
+        places = blocks.places_of_run(hardware, replicas, runtime.detect_platform())
+        problems = blocks.misplaced(notebook, row["results"], places, row["status"] == "passed")
     # The budget is a CPU's (Binder, a laptop): a TPU host's runtime keeps buffers of its own.
-    if peak.gib > memory.BUDGET_GIB and blocks.hardware() == "CPU":
+    if peak.gib > memory.BUDGET_GIB and hardware == "CPU":
         problems.append(f"peak memory {peak.gib} GiB, over the {memory.BUDGET_GIB:g} GiB budget")
     if problems:
         row["status"] = "FAILED"

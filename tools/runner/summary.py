@@ -1,9 +1,7 @@
 """Each notebook's row of the summary: its status, its stderr, its plots and its headline.
 
-The stderr policy: only cells tagged ``expected-stderr`` (a lesson that teaches a warning or an
-error) may write to stderr; TensorFlow's start-up notices that no setting silences are counted
-apart as harmless (:func:`helpers.processes.is_harmless_log`). ``summary.json`` and ``summary.md`` are
-rewritten after each notebook, so an interrupted run still leaves a summary of what finished.
+Only cells tagged ``expected-stderr`` (a lesson that teaches a warning) may write to stderr;
+start-up notices no setting silences count apart (:func:`helpers.processes.is_harmless_log`).
 """
 
 from __future__ import annotations
@@ -20,16 +18,15 @@ EXPECTED_STDERR_TAG = "expected-stderr"
 # A notebook that ran to its end but wrote to stderr outside the cells that teach it: not counted
 # as passed, not cached (so it runs again), but not a failure of the run either.
 STDERR_STATUS = "stderr"
-# "1 replicas" and the like, said in the singular.
-SINGULAR = re.compile(r"\b1 (replica|device|worker)s\b")
+RAN = ("passed", "cached", STDERR_STATUS)  # the statuses of a notebook that ran to its end
+SINGULAR = re.compile(r"\b1 (replica|device|worker)s\b")  # "1 replicas" and the like
 
 
 def _stderr_outputs(notebook: dict, every_cell: bool):
     """(cell index, text) of each stderr or error output, in cells not tagged for them."""
     for index, cell in enumerate(notebook.get("cells", [])):
-        if cell.get("cell_type") != "code":
-            continue
-        if not every_cell and EXPECTED_STDERR_TAG in cell.get("metadata", {}).get("tags", []):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.get("cell_type") != "code" or (not every_cell and EXPECTED_STDERR_TAG in tags):
             continue
         stderr = []
         for output in cell.get("outputs", []):
@@ -44,12 +41,9 @@ def _stderr_outputs(notebook: dict, every_cell: bool):
 def unexpected_stderr(
     notebook: dict, every_line: bool = False, *, tolerate: bool | None = None
 ) -> list[tuple[int, str]]:
-    """(cell index, first line) of each stderr or error output in a cell not tagged for it.
-
-    With ``every_line``, one entry per non-empty line instead of per output. Harmless start-up
-    notices are left out; ``tolerate`` (by default: with TensorFlow 2.19 or 2.20) also leaves out
-    the absl lines those releases write before any setting applies.
-    """
+    """(cell index, first line, or with ``every_line`` each line) of each stderr or error output in
+    a cell not tagged for it, harmless notices left out; ``tolerate`` (default: on TensorFlow 2.19
+    or 2.20) also leaves out the absl lines those releases write before any setting applies."""
     found = []
     for index, text in _stderr_outputs(notebook, every_cell=False):
         lines = [line[:200] for line in text.splitlines() if line.strip()] or [""]
@@ -58,24 +52,20 @@ def unexpected_stderr(
     return found
 
 
-def harmless_lines(notebook: dict) -> int:
-    """How many harmless TensorFlow lines the cells show (counted apart in the summary)."""
-    return sum(
-        processes.is_harmless_log(line, early_absl=True)
-        for _, text in _stderr_outputs(notebook, every_cell=True)
-        for line in text.splitlines()
-    )
-
-
 def inspect(notebook: dict) -> dict:
-    """What the summary says of an executed notebook besides its status: stderr, logs, plots."""
+    """An executed notebook's unexpected stderr, harmless TensorFlow log lines, and plots."""
     plots = sum(
         "image/png" in output.get("data", {})
         for cell in notebook.get("cells", [])
         for output in cell.get("outputs", [])
     )
+    harmless = sum(
+        processes.is_harmless_log(line, early_absl=True)
+        for _, text in _stderr_outputs(notebook, every_cell=True)
+        for line in text.splitlines()
+    )
     stderr = [f"cell {i}: {line}" for i, line in unexpected_stderr(notebook)]
-    return {"stderr": stderr, "tf_log_lines": harmless_lines(notebook), "plots": plots}
+    return {"stderr": stderr, "tf_log_lines": harmless, "plots": plots}
 
 
 def filled_headline(templates: tuple[str, ...], results: dict) -> str | None:
@@ -89,30 +79,26 @@ def filled_headline(templates: tuple[str, ...], results: dict) -> str | None:
 
 
 def headline(templates: tuple[str, ...], results: dict) -> str:
-    """The notebook's result in words, or its raw numbers when no template could be filled."""
-    return filled_headline(templates, results) or format_results(results)
-
-
-def format_results(results: dict, limit: int = 3) -> str:
+    """The notebook's result in words, or its first raw numbers when no template could be filled."""
+    if filled := filled_headline(templates, results):
+        return filled
     shown = {k: v for k, v in results.items() if not k.startswith("_")}  # helpers.results.count
     parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items()]
-    more = f" (+{len(parts) - limit} more in results/)" if len(parts) > limit else ""
-    return ", ".join(parts[:limit]) + more
+    more = f" (+{len(parts) - 3} more in results/)" if len(parts) > 3 else ""
+    return ", ".join(parts[:3]) + more
 
 
 def _result_text(row: dict) -> str:
     """The result column: the error of a failed run, else the headline, with what to notice."""
     if row.get("error"):
         return row["error"]
-    if row["status"] not in ("passed", "cached", STDERR_STATUS):
+    if row["status"] not in RAN:
         return ""  # interrupted before it ran: no result to speak of
     text = row.get("headline", "")
     if row.get("stderr"):
         text += f" ({len(row['stderr'])} unexpected stderr outputs)"
     if row.get("tf_log_lines"):
-        text += (
-            f" ({row['tf_log_lines']} log lines TensorFlow wrote before any log setting applies)"
-        )
+        text += f" ({row['tf_log_lines']} log lines TensorFlow wrote before any setting applies)"
     return text
 
 
@@ -153,13 +139,10 @@ def markdown_table(rows: list[dict], header: str, wall: float | None = None) -> 
     return "\n".join(lines)
 
 
-def save(
-    out: Path, rows: list[dict], header: str, wall: float | None = None, about: dict | None = None
-) -> str:
-    """Write ``summary.json`` (the rows, the run's header and ``about``: its stack and machine)
-    and ``summary.md``; return the table."""
+def save(out: Path, rows: list[dict], header: str, about: dict, wall: float | None = None) -> str:
+    """Write ``summary.json`` (``about``: stack, machine) and ``summary.md``; return the table."""
     table = markdown_table(rows, header, wall)
-    record = {"header": header, "wall_seconds": wall, **(about or {}), "rows": rows}
+    record = {"header": header, "wall_seconds": wall, **about, "rows": rows}
     (out / "summary.json").write_text(json.dumps(record, indent=2))
     (out / "summary.md").write_text(table + "\n")
     return table
