@@ -5,8 +5,8 @@ train_tpu.py ARGS``: a simulated TPU needs its own TensorFlow runtime). On every
 checks, one very small run whose exported model is loaded back without a strategy, and fit on one
 replica. Marked slow (the main stack only): the --smoke runs, the custom loop's floor and its
 kill-and-resume (killed just before an epoch ends, or inside a save), fit's kill-and-resume, and
-fit on uint8 pixels. The custom-loop run that checks the floor is also the uninterrupted reference
-of the kill tests: a resumed run must end with its weights, bit for bit.
+fit on uint8 pixels. The kill tests run on the small data set, at 16 per replica: a resumed run
+must end with the weights of an uninterrupted one, bit for bit.
 """
 
 from __future__ import annotations
@@ -422,16 +422,24 @@ def data_dir(tmp_path_factory):
     return folder
 
 
+# The kill tests' runs: the small data set at 16 per replica, 3 epochs of KILLED_STEPS steps, two
+# steps per call and a save every half epoch, so that kills land inside an epoch.
+KILLED_STEPS = SMALL_TRAIN // (16 * SMOKE.replicas)
+KILLED = ["--per-replica-batch", "16", "--epochs", "3", "--steps-per-call", "2"]
+KILLED += ["--save-every", str(KILLED_STEPS // 2)]
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, data_dir):
+def reference(tmp_path_factory, small_data):
+    """The kill tests' uninterrupted run: its output and its checkpoint folder."""
     cwd = tmp_path_factory.mktemp("reference")
-    done = _run_script([*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"], cwd)
+    done = _run_script([*KILLED, "--data-dir", str(small_data), "--ckpt-dir", "ckpt"], cwd)
     return _ok(done), cwd / "ckpt"
 
 
 @pytest.mark.slow
-def test_the_custom_loop_reaches_the_floor(reference):
-    stdout, _ = reference
+def test_the_custom_loop_reaches_the_floor(tmp_path, data_dir):
+    stdout = _ok(_run_script([*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "c"], tmp_path))
     assert _epochs(stdout, SMOKE.epochs) == [str(e) for e in range(1, SMOKE.epochs + 1)]
     assert _done_accuracy(stdout) > FLOOR > _done_baseline(stdout), stdout
     assert " on 10000 examples (the commonest class alone: 0.1000)" in stdout
@@ -439,19 +447,17 @@ def test_the_custom_loop_reaches_the_floor(reference):
 
 @pytest.mark.slow
 def test_killed_before_an_epoch_ends_it_resumes_mid_epoch_with_the_same_weights(
-    tmp_path, data_dir, reference
+    tmp_path, small_data, reference
 ):
     # Killed just before the save at the end of epoch 2: the save half an epoch earlier stays
     # the latest, so the restart resumes mid-epoch 2 and its epoch line says so.
-    args = [*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"]
-    killed = _run_script(["--kill-at", str(2 * STEPS), "--", *args], tmp_path)
+    args = [*KILLED, "--data-dir", str(small_data), "--ckpt-dir", "ckpt"]
+    killed = _run_script(["--kill-at", str(2 * KILLED_STEPS), "--", *args], tmp_path)
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = _ok(_run_script([*args, "--require-checkpoint"], tmp_path))
-    assert f"\nresumed at step {2 * STEPS - STEPS // 2}\n" in resumed
-    assert _epochs(resumed, SMOKE.epochs) == [str(e) for e in range(2, SMOKE.epochs + 1)]
-    resumed_line = (
-        rf"^epoch 2/{SMOKE.epochs}: loss [0-9.]+ \(its last {STEPS // 2} steps: resumed\)"
-    )
+    assert f"\nresumed at step {2 * KILLED_STEPS - KILLED_STEPS // 2}\n" in resumed
+    assert _epochs(resumed, 3) == ["2", "3"]
+    resumed_line = rf"^epoch 2/3: loss [0-9.]+ \(its last {KILLED_STEPS // 2} steps: resumed\)"
     assert re.search(resumed_line, resumed, re.M), resumed
     _assert_same_arrays(_weights(reference[1]), _weights(tmp_path / "ckpt"))
     assert _done_accuracy(resumed) == _done_accuracy(reference[0])
@@ -460,19 +466,19 @@ def test_killed_before_an_epoch_ends_it_resumes_mid_epoch_with_the_same_weights(
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["merge", "sweep"])
 def test_killed_inside_a_save_it_resumes_from_the_last_committed_one(
-    tmp_path, data_dir, reference, phase
+    tmp_path, small_data, reference, phase
 ):
     # The save of step 2.5 epochs, killed in `phase` (helpers.save_faults.PHASES): before the
     # state file's rename (merge: the new files complete, not yet named) the restart resumes
     # from the save before; after it (sweep: the oldest save half deleted) from this one.
     assert phase in save_faults.PHASES
-    kill_at = 2 * STEPS + STEPS // 2
-    args = [*RUN, "--data-dir", str(data_dir), "--ckpt-dir", "ckpt"]
+    kill_at = 2 * KILLED_STEPS + KILLED_STEPS // 2
+    args = [*KILLED, "--data-dir", str(small_data), "--ckpt-dir", "ckpt"]
     killed = _run_script(["--kill-at", str(kill_at), "--phase", phase, "--", *args], tmp_path)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (tmp_path / "ckpt" / f"ckpt-{kill_at}.index").exists()
     resumed = _ok(_run_script([*args, "--require-checkpoint"], tmp_path))
-    resumed_at = kill_at if phase == "sweep" else 2 * STEPS
+    resumed_at = kill_at if phase == "sweep" else 2 * KILLED_STEPS
     assert f"\nresumed at step {resumed_at}\n" in resumed
     _assert_same_arrays(_weights(reference[1]), _weights(tmp_path / "ckpt"))
     assert _done_accuracy(resumed) == _done_accuracy(reference[0])
