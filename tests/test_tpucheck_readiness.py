@@ -1213,3 +1213,23 @@ def test_only_the_simulated_tpu_makes_several_steps_per_call_a_note():
     assert readiness._on_cpu_devices(strategy_on(f"{host}CPU:0", f"{host}CPU:1"))
     assert not readiness._on_cpu_devices(strategy_on(f"{host}GPU:0", f"{host}GPU:1"))
     assert not readiness._on_cpu_devices(strategy_on())
+
+
+def test_reading_soft_placement_many_times_warns_of_no_retracing():
+    # A lesson checks several steps in one kernel: reading the setting by calling a fresh
+    # tf.function each time made TensorFlow warn "N out of the last N calls ... retracing".
+    import logging
+
+    from tpucheck.readiness import _xla
+
+    warnings = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        seen = {_xla.soft_placement_when_traced() for _ in range(8)}
+    finally:
+        logger.removeHandler(handler)
+    assert len(seen) == 1 and seen <= {True, False}
+    assert not [w for w in warnings if "retracing" in w], warnings

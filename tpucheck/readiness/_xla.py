@@ -176,11 +176,17 @@ def soft_placement_when_traced() -> bool:
     TPUStrategy reads it: False unless the user set it (eagerly True by default)."""
     import tensorflow as tf
 
+    seen = []
+
     @tf.function(autograph=False)
     def probe():
-        return tf.constant(tf.config.get_soft_device_placement())  # read once, while traced
+        seen.append(tf.config.get_soft_device_placement())
+        return tf.constant(0)
 
-    return bool(probe())
+    # Traced, never called: a call of a fresh function each check counts as a retrace, and
+    # TensorFlow warns about those.
+    probe.get_concrete_function()
+    return bool(seen[0])
 
 
 def _no_kernel_outcome(soft: bool) -> str:
