@@ -143,6 +143,29 @@ def wait_for_kernel_idle(page, timeout: float = 600) -> None:
     )
 
 
+# The open notebook's execution counts, one per code cell: 0 before a cell ran, -1 while it
+# runs or waits to run ([*]).
+_RUN_NUMBERS = """[...document.querySelectorAll(
+        '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
+    .map(p => p.textContent.includes('*') ? -1
+              : +((p.textContent.match(/\\[(\\d+)\\]/) || [0, 0])[1]))"""
+
+
+def last_run_number(page) -> int:
+    """The highest execution count the open notebook shows (0 before any cell ran)."""
+    return page.evaluate(f"() => Math.max(0, ...{_RUN_NUMBERS})")
+
+
+def wait_for_run_start(page, after: int, timeout: float = 120) -> None:
+    """Until a cell runs or waits to run, or one ran since the count was `after`: on a busy
+    machine the kernel may turn busy seconds after a keypress or a menu's click."""
+    page.wait_for_function(
+        f"(after) => {_RUN_NUMBERS}.some(n => n < 0 || n > after)",
+        arg=after,
+        timeout=timeout * 1000,
+    )
+
+
 def is_modified(page) -> bool:
     """Whether the notebook's tab shows the modified mark (JupyterLab's dirty state)."""
     tab = page.locator(".lm-TabBar-tab.lm-mod-current.jp-mod-current").first

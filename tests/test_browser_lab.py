@@ -55,10 +55,10 @@ def _open(lab, name: str):
 
 
 def _wait_until_done(page, timeout: float) -> dict:
+    """Until nothing runs; the caller first makes sure the run started."""
     from jupyterlab_driver import outputs_seen, wait_for_kernel_idle
 
     deadline = time.monotonic() + timeout
-    time.sleep(0.3)  # the kernel turns busy a moment after the keypress
     while True:
         wait_for_kernel_idle(page, timeout=max(1.0, deadline - time.monotonic()))
         seen = outputs_seen(page)
@@ -83,7 +83,7 @@ def test_an_untouched_lesson_opens_unmodified_and_closes_without_a_question(lab)
 
 
 def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
-    from jupyterlab_driver import outputs_seen, show_all_code
+    from jupyterlab_driver import last_run_number, outputs_seen, show_all_code, wait_for_run_start
 
     page = _open(lab, STEPPED)
     cells = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell")
@@ -93,6 +93,9 @@ def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
     for index in range(count):
         # Shift+Enter runs a cell and selects the next; on the last one it would add a cell.
         page.keyboard.press("Shift+Enter" if index < count - 1 else "Control+Enter")
+        # A hidden check's prompt is not updated, so a started run cannot always be seen here:
+        # the kernel is given a moment to turn busy.
+        time.sleep(0.3)
         seen = _wait_until_done(page, timeout=300)
     show_all_code(page)  # the hidden checks show their prompts again
     seen = outputs_seen(page)
@@ -102,7 +105,9 @@ def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
     assert seen["executed"] == seen["code_cells"], seen
     strategy_cell = page.locator(".jp-CodeCell", has_text="strategy = connect(").first
     strategy_cell.locator(".jp-InputArea-editor").click()
+    after = last_run_number(page)
     page.keyboard.press("Control+Enter")  # run it again, as readers do
+    wait_for_run_start(page, after)
     seen = _wait_until_done(page, timeout=120)
     page.screenshot(path=str(SHOTS / "lab-stepped-01.png"), full_page=True)
     assert seen["stderr"] == [], seen["stderr"]
@@ -111,15 +116,26 @@ def test_stepping_through_lesson_01_and_rerunning_its_strategy_cell(lab):
 
 
 def test_run_all_of_a_lesson_with_plots_in_smoke_mode(lab):
-    from jupyterlab_driver import outputs_seen, show_all_code
+    from jupyterlab_driver import last_run_number, outputs_seen, show_all_code, wait_for_run_start
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page = _open(lab, RUN_ALL)
     # Make this notebook the active one first: the workspace may also restore another lesson's
     # tab (the stepping test's), and "Run All Cells" acts on whichever notebook is active.
     page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.click()
     page.keyboard.press("Escape")
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    after = last_run_number(page)
+    for attempt in (1, 2):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            wait_for_run_start(page, after, timeout=60)
+            break
+        except PlaywrightTimeout:
+            # Twice in CI runs on a busy machine, a click just after the kernel connected ran
+            # nothing; the screenshot shows the page then, and one more click is allowed.
+            page.screenshot(path=str(SHOTS / f"lab-run-all-07-not-started-{attempt}.png"))
+            assert attempt == 1, "Run All Cells, clicked twice, started no cell"
     _wait_until_done(page, timeout=600)
     show_all_code(page)  # the hidden checks show their prompts again
     seen = outputs_seen(page)
