@@ -1,8 +1,8 @@
 """The reference script on tf-keras (Keras 2), the fallback Google's own TensorFlow pod tests run.
 
 The script's ``keras = tf.keras`` is tf-keras where ``TF_USE_LEGACY_KERAS=1`` (the main stack
-installs tf-keras), Keras 3 otherwise. Its quick run must reach the floor that lessons
-03_keras_compile_and_fit and 04_custom_training_loops assert, and ``fit`` must resume from
+installs tf-keras), Keras 3 otherwise. Its quick run cut to 4,096 examples must reach the floor
+03_keras_compile_and_fit asserts for that many, and ``fit`` must resume from
 tf-keras' own backup. Main stack only: the other stacks are the platforms' pins, which do not
 carry tf-keras.
 """
@@ -14,7 +14,9 @@ import re
 import pytest
 from conftest import _done_accuracy, _run_script
 
-FLOOR = 0.80  # 03_keras_compile_and_fit's and 04_custom_training_loops', on Fashion-MNIST
+# 03_keras_compile_and_fit's floor on Fashion-MNIST for 4,096 training examples (16,384: 0.80).
+# The script's full quick run must reach 0.80 in tests/test_train_tpu.py; a quarter of it here.
+FLOOR = 0.70
 
 
 def _run(args, cwd):
@@ -34,7 +36,7 @@ def data_dir(tmp_path_factory):
 def test_the_quick_run_trains_on_tf_keras_to_the_floor(tmp_path, data_dir):
     import tf_keras  # the main stack's requirements install it: missing, the test fails
 
-    done = _run(["--smoke", "--data-dir", data_dir], tmp_path)
+    done = _run(["--smoke", "--train-examples", "4096", "--data-dir", data_dir], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f", Keras {tf_keras.__version__}, " in done.stdout.splitlines()[0]
     assert tf_keras.__version__.startswith("2.")
