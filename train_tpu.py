@@ -261,9 +261,9 @@ def eval_dataset(folder, ctx, batch, data, steps, split="test", uint8=False):
 
 # ---- end of part ----
 # ---- part: model ----
-def build_cnn(shape, classes, bf16=True, seed=0, uint8=False):
-    """A small CNN, pixels to logits, for strategy.scope(). mixed_bfloat16 (bfloat16 math, float32
-    weights) per layer, so nothing global changes; float32 logits. 128: a TPU matrix unit's side."""
+def build_cnn(shape, classes, bf16=False, seed=0, uint8=False):
+    """A small CNN, pixels to logits, for strategy.scope(). bf16: mixed_bfloat16 (bfloat16 math,
+    float32 weights) per layer, so nothing global changes; float32 logits. 128: a TPU MXU's side."""
     policy = "mixed_bfloat16" if bf16 else "float32"
     init = [keras.initializers.GlorotUniform(seed + i) for i in range(4)]  # the same every run
     inputs = keras.Input(shape, dtype="uint8" if uint8 else "float32", name="pixels")
@@ -279,11 +279,14 @@ def build_cnn(shape, classes, bf16=True, seed=0, uint8=False):
     return keras.Model(inputs, logits, name="cnn")
 
 
-def build(strategy, learning_rate, make_model=build_cnn, **model_args):
+def build(strategy, learning_rate, make_model=build_cnn, bf16=None, **model_args):
     """The model and Adam, built in the scope, Adam's slot variables too: made lazily inside
-    strategy.run, they fail on 2+ replicas ("You must feed a value for placeholder tensor")."""
+    strategy.run, they fail on 2+ replicas ("You must feed a value for placeholder tensor").
+    bf16 None: on a TPU only, as a CPU without AVX-512 computes it 2-3 times slower. A TPU is
+    known by its strategy's class name (TPUStrategy, TPUStrategyV2): no TensorFlow needed on JAX."""
+    bf16 = type(strategy).__name__.startswith("TPUStrategy") if bf16 is None else bf16
     with strategy.scope():
-        model = make_model(**model_args)
+        model = make_model(bf16=bf16, **model_args)
         optimizer = keras.optimizers.Adam(learning_rate)
         optimizer.build(model.trainable_variables)
     return model, optimizer
@@ -406,9 +409,8 @@ def same_order(folder, order, resuming, require):
 # ---- part: fit ----
 def fit_steps_per_execution(strategy, wanted):
     """More than 1 fails under MirroredStrategy with 2+ replicas (keras-team/keras#19246)."""
-    if isinstance(strategy, tf.distribute.TPUStrategy) or strategy.num_replicas_in_sync == 1:
-        return wanted  # a TPU, or one replica: many steps per host call
-    return 1
+    many = isinstance(strategy, tf.distribute.TPUStrategy) or strategy.num_replicas_in_sync == 1
+    return wanted if many else 1  # a TPU, or one replica: many steps per host call
 
 
 def epoch_plan(batches, wanted):
@@ -449,7 +451,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="initial weights and data order")
     p.add_argument("--smoke", action="store_true", help="a quick run: 16384 examples, 3 epochs")
     p.add_argument("--fit", action="store_true", help="train with compile/fit (CKPT_DIR/fit)")
-    p.add_argument("--no-bf16", dest="bf16", action="store_false", help="float32 everywhere")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="default: on a TPU only")
     p.add_argument("--uint8", action="store_true", help="send pixels as uint8 (unverified)")
     p.add_argument("--require-checkpoint", action="store_true", help="refuse to start at 0")
     args = p.parse_args(argv)
@@ -476,10 +478,8 @@ def main(argv=None, strategy=None, data=None, make_model=build_cnn):
     if info is None and seen[0].num_input_pipelines > 1:  # a pod: no host may write alone
         raise UsageError(f"No TFRecords in {args.data_dir}: write them with --prepare first.")
     run = plan(args, strategy, info or write_tfrecords(args.data_dir, data))
-    model_args = dict(bf16=args.bf16, seed=args.seed, uint8=args.uint8)
-    model, optimizer = build(
-        strategy, run.lr, make_model, shape=data.SHAPE, classes=len(data.CLASSES), **model_args
-    )
+    model_args = dict(bf16=args.bf16, seed=args.seed, uint8=args.uint8, shape=data.SHAPE)
+    model, optimizer = build(strategy, run.lr, make_model, classes=len(data.CLASSES), **model_args)
     print(
         f"{type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), Keras {KERAS}, "
         f"global batch {run.global_batch}, {run.steps} steps per epoch{run.share}"
@@ -535,14 +535,13 @@ def plan(args, strategy, info):
 
 def report(args, run, epoch, loss, steps):
     """An epoch's line, with the validation split's loss and accuracy."""
-    seconds = time.perf_counter() - run.clock  # this epoch's training, not its validation
+    rate = steps * run.global_batch / (time.perf_counter() - run.clock)  # before validating
     val_loss, val_accuracy, n = run.validate()
     run.history.append({"loss": loss, "val_loss": val_loss, "val_accuracy": val_accuracy})
     resumed = "" if steps == run.steps else f" (its last {steps} steps: resumed)"
     print(
         f"epoch {epoch}/{args.epochs}: loss {loss:.4f}{resumed}, validation loss {val_loss:.4f}, "
-        f"accuracy {val_accuracy:.4f} ({n} examples); {steps * run.global_batch / seconds:,.0f} "
-        "examples/s"
+        f"accuracy {val_accuracy:.4f} ({n} examples); {rate:,.0f} examples/s"
     )
     run.clock = time.perf_counter()
 

@@ -85,10 +85,10 @@ class Fortunes:
         return np.array(ids + [0] * (LENGTH - len(ids)), np.int32), label
 
 
-def build_bag_of_words(shape, classes, bf16=True, seed=0, uint8=False):
+def build_bag_of_words(shape, classes, bf16=False, seed=0, uint8=False):
     """Word ids -> embeddings -> their average over the words (mask_zero leaves the padding out)
-    -> a hidden layer -> logits: enough to tell languages apart. mixed_bfloat16 per layer as in
-    the CNN; the embedding table stays float32 (the policy's variables), 128 wide."""
+    -> a hidden layer -> logits: enough to tell languages apart. bf16: mixed_bfloat16 per layer,
+    as in the CNN; the embedding table stays float32 (the policy's variables), 128 wide."""
     policy = "mixed_bfloat16" if bf16 else "float32"
     embed = keras.initializers.RandomUniform(-0.05, 0.05, seed=seed)
     ids = keras.Input(shape, dtype="int32", name="ids")

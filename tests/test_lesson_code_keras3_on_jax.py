@@ -40,7 +40,7 @@ for name, split, item in data.examples():
 x, label = first
 model, optimizer = lesson["build"](
     keras.distribution.DataParallel(devices=jax.devices()), 1e-3,
-    shape=data.SHAPE, classes=len(data.CLASSES), uint8=True,
+    shape=data.SHAPE, classes=len(data.CLASSES), uint8=True, bf16=True,  # as on a TPU
 )
 logits = model.predict(np.stack([x] * 64), batch_size=64, verbose=0)
 print("RESULT" + json.dumps(dict(
