@@ -280,10 +280,9 @@ def build_cnn(shape, classes, bf16=False, seed=0, uint8=False):
 
 
 def build(strategy, learning_rate, make_model=build_cnn, bf16=None, **model_args):
-    """The model and Adam, built in the scope, Adam's slot variables too: made lazily inside
-    strategy.run, they fail on 2+ replicas ("You must feed a value for placeholder tensor").
-    bf16 None: on a TPU only, as a CPU without AVX-512 computes it 2-3 times slower. A TPU is
-    known by its strategy's class name (TPUStrategy, TPUStrategyV2): no TensorFlow needed on JAX."""
+    """The model and Adam, built in the scope with Adam's slots: made lazily in strategy.run,
+    they fail on 2+ replicas. bf16 None: on a TPU only, known by its strategy's class name (no
+    TensorFlow needed on JAX), as a CPU without AVX-512 computes bfloat16 2-3 times slower."""
     bf16 = type(strategy).__name__.startswith("TPUStrategy") if bf16 is None else bf16
     with strategy.scope():
         model = make_model(bf16=bf16, **model_args)
@@ -482,7 +481,8 @@ def main(argv=None, strategy=None, data=None, make_model=build_cnn):
     model, optimizer = build(strategy, run.lr, make_model, classes=len(data.CLASSES), **model_args)
     print(
         f"{type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s), Keras {KERAS}, "
-        f"global batch {run.global_batch}, {run.steps} steps per epoch{run.share}"
+        f"{model.layers[1].dtype_policy.name}, global batch {run.global_batch}, "
+        f"{run.steps} steps per epoch{run.share}"
     )
 
     def distributed(make_dataset, *more, **kw):  # each host builds its share of every batch

@@ -375,8 +375,8 @@ def test_a_very_small_run_prints_a_line_per_epoch_and_evaluates_every_test_examp
     stdout, ckpt = very_small_run
     lines = stdout.strip().splitlines()
     assert lines[:2] == [
-        f"MirroredStrategy, 2 replica(s), Keras {keras.__version__}, global batch 64, 17 steps "
-        "per epoch",
+        f"MirroredStrategy, 2 replica(s), Keras {keras.__version__}, float32, global batch 64, "
+        "17 steps per epoch",
         "starting at step 0",
     ]
     for epoch, line in enumerate(lines[2:4], 1):
