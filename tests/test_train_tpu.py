@@ -136,7 +136,7 @@ def _hidden_policies(strategy, **kw):
 
 
 def test_bfloat16_by_default_on_a_tpu_only():
-    # A TPU multiplies in bfloat16; most CPUs compute its convolutions on a slow path.
+    # A TPU multiplies in bfloat16; a CPU without AVX-512 computes its gradients on a slow path.
     class TPUStrategyV2(tf.distribute.OneDeviceStrategy):  # tf.distribute.TPUStrategy's name
         pass
 
