@@ -71,6 +71,7 @@ def test_recorded_profiles_summarise_consistently(run):
         assert 0.0 <= share <= 1.0
     assert s.input_share + s.compute_share + s.host_share == pytest.approx(1.0)
     assert s.host_ms_per_call == pytest.approx(s.host_share * s.mean_step_ms)
+    assert s.input_ms_per_call == pytest.approx(s.input_share * s.mean_step_ms)
     assert s.slowest_ops and all(ms > 0 for ms in s.slowest_ops.values())
     assert s.data_stages, "the tf.data stages of the distributed pipeline were read"
     assert data["xplane_bytes"] > 10 * len(json.dumps(data)), "extract keeps little"

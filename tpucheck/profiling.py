@@ -292,6 +292,10 @@ class ProfileSummary:
         return self.host_share * self.mean_step_ms
 
     @property
+    def input_ms_per_call(self) -> float:
+        return self.input_share * self.mean_step_ms
+
+    @property
     def host_share_without_input(self) -> float:
         """The host's share of the call once the input is fixed: what decides host overhead."""
         working = 1.0 - self.input_share
